@@ -1,0 +1,312 @@
+"""The ``Agent`` protocol the training loop knows, and the goal-conditioned pieces DDPG/TD3/SAC share.
+
+Shared pieces (openai/baselines HER techniques):
+- observation and goal :class:`RunningNormalizer` (clip raw +-200, output +-5); the networks' input is
+  ``concat(normalize(observation), normalize(goal))`` (:meth:`GoalConditionedAgentBase.preprocess`);
+- batch -> tensors (:meth:`GoalConditionedAgentBase.batch_to_tensors`), target-Q clipping (:func:`clip_q`);
+- exploration in :meth:`GoalConditionedAgentBase.act`: Gaussian noise ``noise_std`` clipped to ``[-1, 1]``,
+  then per row with probability ``random_eps`` a uniform random action;
+- polyak averaging (:func:`polyak_update`), fused Adam (:func:`make_adam`), device and thread selection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.normalizer import RunningNormalizer
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What the training loop needs from an agent."""
+
+    def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """``[N, obs_dim], [N, goal_dim] -> [N, action_dim]`` float32 actions in ``[-1, 1]``."""
+        ...
+
+    def update(self, batch: Any) -> dict[str, float | np.ndarray]:
+        """One gradient step on a batch; returns scalar metrics and ``td_error`` ``[B]`` float32."""
+        ...
+
+    def update_normalizer(self, observation: np.ndarray, desired_goal: np.ndarray) -> None:
+        """Add observations ``[..., obs_dim]`` and goals ``[..., goal_dim]`` to the running statistics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class AgentConfig:
+    """Options shared by all goal-conditioned agents (defaults: openai/baselines HER).
+
+    The discount is not here: it comes with each batch (``batch.discount = gamma^m``).
+    """
+
+    hidden: tuple[int, ...] = (256, 256, 256)
+    """Hidden layer sizes of actor and critic MLPs."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden Linear (before ReLU)."""
+    actor_lr: float = 1e-3
+    """Adam learning rate of the actor."""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critic(s)."""
+    polyak: float = 0.95
+    """Target update ``target = polyak * target + (1 - polyak) * online``."""
+    target_update_interval: int = 1
+    """Polyak-update the targets every this many updates (TD3: every ``policy_delay * interval``). 0 disables
+    automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
+    cycle of 40 updates)."""
+    q_clip: tuple[float, float] | None = (-50.0, 0.0)
+    """Clip the TD target to ``[low, high]``: ``[-1/(1-gamma), 0]`` for -1/0 rewards (gamma 0.98 -> -50).
+    None disables."""
+    noise_std: float = 0.2
+    """Std of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
+    random_eps: float = 0.3
+    """Per-row probability of replacing the exploration action by a uniform random action."""
+    norm_eps: float = 1e-2
+    """Std floor of the observation/goal normalizers."""
+    norm_clip_obs: float = 200.0
+    """Raw observations/goals are clipped to this before normalization."""
+    norm_clip_range: float = 5.0
+    """Normalized inputs are clipped to ``+-norm_clip_range``."""
+    seed: int | None = None
+    """Seed of the numpy generator used for exploration noise (torch seeding is the caller's job)."""
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if self.q_clip is not None:
+            low, high = (float(v) for v in self.q_clip)
+            if low > high:
+                raise ValueError(f"q_clip low > high: {self.q_clip}")
+            self.q_clip = (low, high)
+        if not 0.0 <= self.polyak <= 1.0:
+            raise ValueError(f"polyak must be in [0, 1], got {self.polyak}")
+        if not 0.0 <= self.random_eps <= 1.0:
+            raise ValueError(f"random_eps must be in [0, 1], got {self.random_eps}")
+        if self.target_update_interval < 0:
+            raise ValueError(f"target_update_interval must be >= 0, got {self.target_update_interval}")
+
+
+class TensorBatch(NamedTuple):
+    """A batch on the agent's device: float32 tensors, ``[B, ...]``; ``terminated`` as 0/1 float."""
+
+    observation: torch.Tensor
+    desired_goal: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    next_observation: torch.Tensor
+    discount: torch.Tensor
+    terminated: torch.Tensor
+    weight: torch.Tensor
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> cuda if available else cpu; anything else is passed to ``torch.device``."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def make_adam(params: Iterable[nn.Parameter] | Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel where available (CPU and CUDA in recent torch), else foreach."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, polyak: float) -> None:
+    """``target = polyak * target + (1 - polyak) * online`` for all parameters (one foreach call)."""
+    t_params = [p for p in target.parameters()]
+    o_params = [p for p in online.parameters()]
+    torch._foreach_lerp_(t_params, o_params, 1.0 - polyak)
+
+
+def clip_q(y: torch.Tensor, q_clip: tuple[float, float] | None) -> torch.Tensor:
+    """Clip a TD target to ``q_clip`` (no-op when None)."""
+    if q_clip is None:
+        return y
+    return y.clamp(q_clip[0], q_clip[1])
+
+
+def td_target(
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q: torch.Tensor,
+    q_clip: tuple[float, float] | None,
+) -> torch.Tensor:
+    """``y = clip(r + discount * (1 - terminated) * next_q)``, every input and the output shaped ``[B]``."""
+    assert reward.dim() == 1 and reward.shape == discount.shape == terminated.shape == next_q.shape, (
+        f"TD target shapes must all be [B]: reward {tuple(reward.shape)}, discount {tuple(discount.shape)}, "
+        f"terminated {tuple(terminated.shape)}, next_q {tuple(next_q.shape)}"
+    )
+    return clip_q(reward + discount * (1.0 - terminated) * next_q, q_clip)
+
+
+def freeze(module: nn.Module, frozen: bool) -> None:
+    """Turn ``requires_grad`` off (``frozen=True``) or back on for all parameters of ``module``."""
+    for p in module.parameters():
+        p.requires_grad_(not frozen)
+
+
+class GoalConditionedAgentBase:
+    """Normalizers, preprocessing, batch conversion, exploration and checkpointing shared by the agents.
+
+    Subclasses build their networks, implement :meth:`_policy` and :meth:`update`, and list everything a
+    checkpoint needs in :meth:`_checkpoint_items`.
+
+    Args:
+        obs_dim, goal_dim, action_dim: sizes of ``observation``, ``desired_goal`` and the action.
+        config: the algorithm's config dataclass.
+        device: ``"auto"`` (cuda if available), ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        n_threads: if given, ``torch.set_num_threads(n_threads)`` at construction.
+    """
+
+    config: AgentConfig
+
+    def __init__(
+        self,
+        obs_dim: int,
+        goal_dim: int,
+        action_dim: int,
+        config: AgentConfig,
+        device: str | torch.device = "auto",
+        n_threads: int | None = None,
+    ) -> None:
+        if n_threads is not None:
+            torch.set_num_threads(int(n_threads))
+        self.obs_dim, self.goal_dim, self.action_dim = int(obs_dim), int(goal_dim), int(action_dim)
+        self.state_dim = self.obs_dim + self.goal_dim
+        self.config = config
+        self.device = resolve_device(device)
+        norm_kw = {"eps": config.norm_eps, "clip_obs": config.norm_clip_obs, "clip_range": config.norm_clip_range}
+        self.obs_normalizer = RunningNormalizer(self.obs_dim, device=self.device, **norm_kw)
+        self.goal_normalizer = RunningNormalizer(self.goal_dim, device=self.device, **norm_kw)
+        self.rng = np.random.default_rng(config.seed)
+        self.num_updates = 0
+
+    # ------------------------------------------------------------------ inputs
+    def preprocess(self, observation: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
+        """``concat(normalize(observation), normalize(goal))``: ``[B, obs_dim], [B, goal_dim] -> [B, state_dim]``."""
+        return torch.cat(
+            [self.obs_normalizer.normalize(observation), self.goal_normalizer.normalize(desired_goal)], dim=-1
+        )
+
+    def _tensor(self, x: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        if isinstance(x, torch.Tensor):
+            return x.to(device=self.device, dtype=dtype, non_blocking=True)
+        return torch.as_tensor(np.asarray(x), dtype=dtype, device=self.device)
+
+    def batch_to_tensors(self, batch: Any) -> TensorBatch:
+        """Attributes (or mapping keys) of ``batch`` -> :class:`TensorBatch` on the device.
+
+        numpy arrays and torch tensors are both accepted; a missing ``weight`` means ones.
+        """
+        get = batch.get if isinstance(batch, Mapping) else lambda k: getattr(batch, k, None)
+        reward = self._tensor(get("reward")).reshape(-1)
+        weight = get("weight")
+        return TensorBatch(
+            observation=self._tensor(get("observation")),
+            desired_goal=self._tensor(get("desired_goal")),
+            action=self._tensor(get("action")),
+            reward=reward,
+            next_observation=self._tensor(get("next_observation")),
+            discount=self._tensor(get("discount")).reshape(-1),
+            terminated=self._tensor(get("terminated")).reshape(-1),
+            weight=torch.ones_like(reward) if weight is None else self._tensor(weight).reshape(-1),
+        )
+
+    def update_normalizer(self, observation: np.ndarray, desired_goal: np.ndarray) -> None:
+        """Add ``observation [..., obs_dim]`` and ``desired_goal [..., goal_dim]`` to the normalizers."""
+        self.obs_normalizer.update(observation)
+        self.goal_normalizer.update(desired_goal)
+
+    # ------------------------------------------------------------------ acting
+    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """The policy's action ``[N, action_dim]`` in ``[-1, 1]`` for preprocessed ``state`` (no grad)."""
+        raise NotImplementedError
+
+    def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """Actions ``[N, action_dim]`` float32 in ``[-1, 1]`` (a single unbatched row is also accepted).
+
+        With ``deterministic=False``: Gaussian noise ``noise_std`` is added and clipped to ``[-1, 1]``, then
+        each row is replaced by a uniform random action with probability ``random_eps``.
+        """
+        single = np.ndim(observation) == 1
+        obs_t = self._tensor(observation).reshape(-1, self.obs_dim)
+        goal_t = self._tensor(desired_goal).reshape(-1, self.goal_dim)
+        with torch.no_grad():
+            action = self._policy(self.preprocess(obs_t, goal_t), deterministic)
+        action = action.cpu().numpy().astype(np.float32, copy=False)
+        if not deterministic:
+            action = self.explore(action)
+        return action[0] if single else action
+
+    def explore(self, action: np.ndarray) -> np.ndarray:
+        """Gaussian noise (clipped to ``[-1, 1]``) plus per-row uniform random actions with prob ``random_eps``."""
+        cfg = self.config
+        n = action.shape[0]
+        if cfg.noise_std > 0:
+            action = action + cfg.noise_std * self.rng.standard_normal(action.shape, dtype=np.float32)
+            action = np.clip(action, -1.0, 1.0)
+        if cfg.random_eps > 0:
+            rows = self.rng.random(n) < cfg.random_eps
+            k = int(rows.sum())
+            if k:
+                action = action.copy() if not action.flags.writeable else action
+                action[rows] = self.rng.uniform(-1.0, 1.0, size=(k, self.action_dim)).astype(np.float32)
+        return action.astype(np.float32, copy=False)
+
+    # ------------------------------------------------------------------ targets / metrics
+    def update_targets(self) -> None:
+        """Polyak-average every (target, online) pair in :meth:`_target_pairs`."""
+        for target, online in self._target_pairs():
+            polyak_update(target, online, self.config.polyak)
+
+    def _target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        raise NotImplementedError
+
+    def _metrics(self, scalars: dict[str, torch.Tensor], td_error: torch.Tensor) -> dict[str, float | np.ndarray]:
+        """One device->host copy for all metrics: scalar tensors -> floats, ``td_error [B]`` -> float32 array."""
+        names = list(scalars)
+        flat = torch.cat([torch.stack([scalars[k].detach().float() for k in names]), td_error.detach().float()])
+        host = flat.cpu().numpy()
+        out: dict[str, float | np.ndarray] = {k: float(v) for k, v in zip(names, host[: len(names)])}
+        out["td_error"] = host[len(names) :].astype(np.float32, copy=True)
+        return out
+
+    # ------------------------------------------------------------------ checkpoint
+    def _checkpoint_items(self) -> dict[str, Any]:
+        """Name -> object with ``state_dict``/``load_state_dict`` (modules, optimizers, normalizers)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to resume: networks, targets, optimizers, normalizers, counters, config, rng state."""
+        state: dict[str, Any] = {k: v.state_dict() for k, v in self._checkpoint_items().items()}
+        state["obs_normalizer"] = self.obs_normalizer.state_dict()
+        state["goal_normalizer"] = self.goal_normalizer.state_dict()
+        state["num_updates"] = self.num_updates
+        state["config"] = dataclasses.asdict(self.config)
+        state["rng"] = self.rng.bit_generator.state
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k, v in self._checkpoint_items().items():
+            v.load_state_dict(state[k])
+        self.obs_normalizer.load_state_dict(state["obs_normalizer"])
+        self.goal_normalizer.load_state_dict(state["goal_normalizer"])
+        self.num_updates = int(state["num_updates"])
+        if "rng" in state:
+            self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,109 @@
+"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["train_main", "eval_main"]
+
+DEFAULT_CONFIG = "fetch_push_ddpg"
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="her-train",
+        description="Train a goal-conditioned agent with HER. CONFIG is a YAML path or a name in configs/ "
+        f"(default {DEFAULT_CONFIG}); key=value pairs override it, e.g. train.total_env_steps=20000 algo=td3.",
+    )
+    parser.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="YAML path or configs/ name")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
+    parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+    args = parser.parse_args(argv)
+    if "=" in args.config:  # only overrides were given
+        args.overrides.insert(0, args.config)
+        args.config = DEFAULT_CONFIG
+
+    from omegaconf import OmegaConf
+
+    from agents.config import load_config
+
+    try:
+        if args.resume:
+            from agents.checkpoint import load_checkpoint
+
+            saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
+            cfg = OmegaConf.merge(load_config(None), OmegaConf.create(saved["config"]),
+                                  OmegaConf.from_dotlist(args.overrides))
+        else:
+            cfg = load_config(args.config, args.overrides)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    if args.print_config:
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+
+    from agents.train import train
+
+    try:
+        result = train(cfg, resume=args.resume)
+    except (ValueError, TypeError) as exc:
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"final eval success rate {result.eval_success_rate:.3f} after {result.env_steps} env steps; "
+          f"run directory {result.run_dir}")
+    return 0
+
+
+def eval_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
+    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
+    parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default 50)")
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--video", metavar="PATH", help="also render episodes headless to an .mp4 or .gif")
+    parser.add_argument("--video-episodes", type=int, default=2, help="episodes in the video (default 2)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from agents.checkpoint import load_checkpoint
+    from agents.registry import make_agent
+    from agents.train import evaluate
+    from envs import goal_env_spec, make_vector_env
+
+    try:
+        state = load_checkpoint(args.checkpoint)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
+    cfg = state["config"]
+    torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
+    spec = goal_env_spec(cfg["env"]["id"])
+    agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim,
+                       device=args.device, **cfg["agent"])
+    agent.load_state_dict(state["agent"])
+    env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
+    ev = evaluate(agent, env, args.episodes)
+    env.close()
+    print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "
+          f"success rate {ev['success_rate']:.3f} over {args.episodes} episodes, "
+          f"mean final distance {ev['final_distance']:.4f}")
+    if args.video:
+        from agents.video import record_episodes, write_video
+
+        try:
+            frames, successes = record_episodes(agent, cfg["env"]["id"], n_episodes=args.video_episodes,
+                                                seed=args.seed)
+        except RuntimeError as exc:
+            print(f"her-eval: no video: {exc}", file=sys.stderr)
+            return 1
+        write_video(args.video, frames)
+        print(f"video: {args.video} ({len(frames)} frames, {frames.shape[2]}x{frames.shape[1]}, "
+              f"successes {successes})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(train_main())

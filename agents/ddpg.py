@@ -1,0 +1,100 @@
+"""DDPG for goal-conditioned tasks (Lillicrap et al. 2016) with the openai/baselines HER techniques.
+
+One deterministic tanh actor, one critic (an ensemble of 1), target networks with polyak averaging, target Q
+clipped to ``q_clip``, action L2 penalty on the actor's tanh output.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from agents.networks import DeterministicActor, EnsembleCritic
+
+
+@dataclass
+class DDPGConfig(AgentConfig):
+    """DDPG options (see :class:`agents.base.AgentConfig` for the shared ones)."""
+
+    action_l2: float = 1.0
+    """Weight of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
+
+
+class DDPGAgent(GoalConditionedAgentBase):
+    """Goal-conditioned DDPG. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+
+    config: DDPGConfig
+
+    def __init__(
+        self,
+        obs_dim: int,
+        goal_dim: int,
+        action_dim: int,
+        config: DDPGConfig | None = None,
+        device: str | torch.device = "auto",
+        n_threads: int | None = None,
+    ) -> None:
+        super().__init__(obs_dim, goal_dim, action_dim, config or DDPGConfig(), device, n_threads)
+        cfg = self.config
+        self.actor = DeterministicActor(self.state_dim, action_dim, cfg.hidden, cfg.layer_norm).to(self.device)
+        self.critic = EnsembleCritic(self.state_dim, action_dim, cfg.hidden, 1, cfg.layer_norm).to(self.device)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
+
+    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        return self.actor(state)
+
+    def update(self, batch) -> dict[str, float | np.ndarray]:
+        """One critic and one actor step. Returns ``critic_loss``, ``actor_loss``, ``q_mean`` and ``td_error``
+        (``|y - Q|``, ``[B]`` float32)."""
+        cfg = self.config
+        b = self.batch_to_tensors(batch)
+        state = self.preprocess(b.observation, b.desired_goal)
+
+        # --- critic: y = r + discount * (1 - terminated) * Q'(s', mu'(s')), clipped
+        with torch.no_grad():
+            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            next_q = self.critic_target(next_state, self.actor_target(next_state))[0]  # [B]
+            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        q = self.critic(state, b.action)  # [1, B]
+        assert q.shape == (1, y.shape[0])
+        critic_loss = (b.weight * (q - y).square()).mean()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+
+        # --- actor: maximize Q(s, mu(s)) with an L2 penalty on the action
+        freeze(self.critic, True)
+        pi = self.actor(state)
+        actor_loss = -self.critic(state, pi).mean() + cfg.action_l2 * pi.square().mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+        freeze(self.critic, False)
+
+        self.num_updates += 1
+        if cfg.target_update_interval and self.num_updates % cfg.target_update_interval == 0:
+            self.update_targets()
+        td_error = (y - q.detach()).abs().mean(0)
+        return self._metrics(
+            {"critic_loss": critic_loss, "actor_loss": actor_loss, "q_mean": q.detach().mean()}, td_error
+        )
+
+    def _target_pairs(self):
+        return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
+
+    def _checkpoint_items(self):
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "actor_target": self.actor_target,
+            "critic_target": self.critic_target,
+            "actor_optim": self.actor_optim,
+            "critic_optim": self.critic_optim,
+        }

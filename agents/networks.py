@@ -1,0 +1,183 @@
+"""Networks: MLP builder, deterministic tanh actor, squashed Gaussian actor, batched ensemble critic.
+
+All actions live in ``[-1, 1]`` (the env wrapper rescales). Critics take ``(state, action)`` where ``state`` is
+the normalized ``concat(observation, goal)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LOG_2 = math.log(2.0)
+
+
+def mlp(
+    in_dim: int,
+    out_dim: int,
+    hidden: Sequence[int] = (256, 256, 256),
+    layer_norm: bool = False,
+    activation: type[nn.Module] = nn.ReLU,
+) -> nn.Sequential:
+    """``Linear -> [LayerNorm] -> activation`` per hidden layer, then a final ``Linear`` to ``out_dim``."""
+    layers: list[nn.Module] = []
+    last = in_dim
+    for h in hidden:
+        layers.append(nn.Linear(last, h))
+        if layer_norm:
+            layers.append(nn.LayerNorm(h))
+        layers.append(activation())
+        last = h
+    layers.append(nn.Linear(last, out_dim))
+    return nn.Sequential(*layers)
+
+
+class DeterministicActor(nn.Module):
+    """``a = tanh(mlp(state))``: ``[B, state_dim] -> [B, action_dim]`` in ``[-1, 1]``."""
+
+    def __init__(
+        self, state_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256), layer_norm: bool = False
+    ) -> None:
+        super().__init__()
+        self.net = mlp(state_dim, action_dim, hidden, layer_norm)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(state))
+
+
+def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
+    """``log(1 - tanh(u)^2)`` in the numerically stable form ``2 * (log 2 - u - softplus(-2u))``."""
+    return 2.0 * (LOG_2 - u - F.softplus(-2.0 * u))
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC policy: ``a = tanh(u)``, ``u ~ N(mu(s), std(s))``; ``log_std`` clamped to ``[log_std_min, log_std_max]``.
+
+    ``forward(state, deterministic)`` returns ``(action [B, A], log_prob [B])``; with ``deterministic=True``
+    the action is ``tanh(mu)`` and ``log_prob`` is that of the mean (rarely useful).
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden: Sequence[int] = (256, 256, 256),
+        layer_norm: bool = False,
+        log_std_min: float = -20.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.action_dim = action_dim
+        self.net = mlp(state_dim, 2 * action_dim, hidden, layer_norm)
+        self.log_std_min = float(log_std_min)
+        self.log_std_max = float(log_std_max)
+
+    def distribution_params(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mu, log_std = self.net(state).chunk(2, dim=-1)
+        return mu, log_std.clamp(self.log_std_min, self.log_std_max)
+
+    def forward(self, state: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        mu, log_std = self.distribution_params(state)
+        if deterministic:
+            noise = torch.zeros_like(mu)
+        else:
+            noise = torch.randn_like(mu)
+        u = mu + noise * log_std.exp()
+        # Normal log-density of u written with the standard noise ((u - mu) / std == noise).
+        log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2.0 * math.pi)).sum(-1)
+        log_prob = log_prob - tanh_log_det_jacobian(u).sum(-1)
+        return torch.tanh(u), log_prob
+
+    @staticmethod
+    def log_prob_of_pre_tanh(mu: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``log pi(tanh(u))`` for given pre-tanh ``u``: ``[B, A] -> [B]``."""
+        z = (u - mu) / log_std.exp()
+        log_prob = (-0.5 * z.square() - log_std - 0.5 * math.log(2.0 * math.pi)).sum(-1)
+        return log_prob - tanh_log_det_jacobian(u).sum(-1)
+
+
+class EnsembleLinear(nn.Module):
+    """``n`` independent linear layers as one batched matmul: weight ``[n, out, in]`` (``nn.Linear`` layout per
+    member), bias ``[n, 1, out]``.
+
+    Input ``[B, in]`` (shared by all members) or ``[n, B, in]``; output ``[n, B, out]``. Each member is
+    initialized like ``nn.Linear`` (uniform in ``+-1/sqrt(in)``).
+    """
+
+    def __init__(self, n: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.n, self.in_features, self.out_features = n, in_features, out_features
+        self.weight = nn.Parameter(torch.empty(n, out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(n, 1, out_features))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
+        w, b = self.weight, self.bias
+        if member is not None:
+            w, b = w[member : member + 1], b[member : member + 1]
+        if w.shape[0] == 1:  # a single member: a plain (faster) Linear
+            y = F.linear(x, w[0], b[0, 0])
+            return y if y.dim() == 3 else y.unsqueeze(0)
+        if x.dim() == 2:
+            x = x.expand(w.shape[0], *x.shape)
+        return torch.baddbmm(b, x, w.transpose(1, 2))
+
+    def extra_repr(self) -> str:
+        return f"n={self.n}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the last dim with a separate affine per member: input ``[n, B, d]``."""
+
+    def __init__(self, n: int, d: int) -> None:
+        super().__init__()
+        self.d = d
+        self.weight = nn.Parameter(torch.ones(n, 1, d))
+        self.bias = nn.Parameter(torch.zeros(n, 1, d))
+
+    def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
+        w, b = self.weight, self.bias
+        if member is not None:
+            w, b = w[member : member + 1], b[member : member + 1]
+        return F.layer_norm(x, (self.d,)) * w + b
+
+
+class EnsembleCritic(nn.Module):
+    """``n_critics`` Q-networks evaluated in one pass: ``(state [B, S], action [B, A]) -> Q [n_critics, B]``.
+
+    ``member=i`` evaluates only critic ``i`` (output ``[1, B]``), e.g. TD3's actor loss on ``Q_1``.
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden: Sequence[int] = (256, 256, 256),
+        n_critics: int = 2,
+        layer_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        self.n_critics = n_critics
+        dims = [state_dim + action_dim, *hidden]
+        self.linears = nn.ModuleList(EnsembleLinear(n_critics, i, o) for i, o in itertools.pairwise(dims))
+        self.norms = nn.ModuleList(EnsembleLayerNorm(n_critics, o) for o in hidden) if layer_norm else None
+        self.head = EnsembleLinear(n_critics, dims[-1], 1)
+
+    def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None) -> torch.Tensor:
+        h = torch.cat([state, action], dim=-1)
+        for i, linear in enumerate(self.linears):
+            h = linear(h, member)
+            if self.norms is not None:
+                h = self.norms[i](h, member)
+            h = F.relu(h)
+        return self.head(h, member).squeeze(-1)

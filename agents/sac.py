@@ -1,0 +1,168 @@
+"""SAC for goal-conditioned tasks (Haarnoja et al. 2018) with the openai/baselines HER input normalization.
+
+Squashed (tanh) Gaussian policy, twin critics as one batched :class:`EnsembleCritic`, soft target with the min
+of the twin target critics, learned temperature with target entropy ``-action_dim`` (or a fixed ``alpha``).
+Target Q clipped to ``q_clip`` like DDPG/TD3. Exploration is the policy's own sampling: ``noise_std`` and
+``random_eps`` default to 0 here.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from agents.networks import EnsembleCritic, SquashedGaussianActor
+
+
+@dataclass
+class SACConfig(AgentConfig):
+    """SAC options (see :class:`agents.base.AgentConfig` for the shared ones)."""
+
+    noise_std: float = 0.0
+    """Extra Gaussian noise in ``act(deterministic=False)`` on top of the policy's sampling (default none)."""
+    random_eps: float = 0.0
+    """Per-row probability of a uniform random action in ``act(deterministic=False)`` (default none)."""
+    action_l2: float = 0.0
+    """Weight of ``mean(a^2)`` on the sampled tanh action added to the actor loss."""
+    n_critics: int = 2
+    """Number of critics; the soft target and the actor use the min over all of them."""
+    autotune: bool = True
+    """Learn the temperature to reach ``target_entropy``; False keeps ``alpha`` fixed."""
+    alpha: float = 0.2
+    """Fixed temperature when ``autotune=False``; the initial temperature when ``autotune=True``."""
+    alpha_lr: float = 1e-3
+    """Adam learning rate of ``log_alpha``."""
+    target_entropy: float | None = None
+    """Target policy entropy for autotune; None means ``-action_dim``."""
+    log_std_min: float = -20.0
+    """Lower clamp of the policy's log std."""
+    log_std_max: float = 2.0
+    """Upper clamp of the policy's log std."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.alpha <= 0:
+            raise ValueError(f"alpha must be > 0, got {self.alpha}")
+        if self.n_critics < 1:
+            raise ValueError(f"n_critics must be >= 1, got {self.n_critics}")
+
+
+class Temperature(nn.Module):
+    """Holds ``log_alpha`` (a parameter so it checkpoints and optimizes like the networks)."""
+
+    def __init__(self, alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha), dtype=torch.float32))
+
+
+class SACAgent(GoalConditionedAgentBase):
+    """Goal-conditioned SAC. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+
+    config: SACConfig
+
+    def __init__(
+        self,
+        obs_dim: int,
+        goal_dim: int,
+        action_dim: int,
+        config: SACConfig | None = None,
+        device: str | torch.device = "auto",
+        n_threads: int | None = None,
+    ) -> None:
+        super().__init__(obs_dim, goal_dim, action_dim, config or SACConfig(), device, n_threads)
+        cfg = self.config
+        self.actor = SquashedGaussianActor(
+            self.state_dim, action_dim, cfg.hidden, cfg.layer_norm, cfg.log_std_min, cfg.log_std_max
+        ).to(self.device)
+        self.critic = EnsembleCritic(
+            self.state_dim, action_dim, cfg.hidden, cfg.n_critics, cfg.layer_norm
+        ).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
+        self.temperature = Temperature(cfg.alpha).to(self.device)
+        self.temperature.requires_grad_(cfg.autotune)
+        self.alpha_optim = make_adam(self.temperature.parameters(), cfg.alpha_lr)
+        self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
+
+    @property
+    def alpha(self) -> float:
+        return float(self.temperature.log_alpha.detach().exp())
+
+    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        return self.actor(state, deterministic)[0]
+
+    def update(self, batch) -> dict[str, float | np.ndarray]:
+        """One critic, actor and temperature step. Returns ``critic_loss`` (mean over critics),
+        ``actor_loss``, ``q_mean``, ``alpha``, ``entropy`` (``-mean log pi``) and ``td_error``
+        (``|y - Q_i|`` averaged over the critics, ``[B]`` float32)."""
+        cfg = self.config
+        b = self.batch_to_tensors(batch)
+        state = self.preprocess(b.observation, b.desired_goal)
+        alpha = self.temperature.log_alpha.detach().exp()
+
+        # --- critic: y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi
+        with torch.no_grad():
+            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            next_action, next_log_prob = self.actor(next_state)
+            next_q = self.critic_target(next_state, next_action).min(0).values - alpha * next_log_prob  # [B]
+            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        q = self.critic(state, b.action)  # [n_critics, B]
+        assert q.shape == (cfg.n_critics, y.shape[0])
+        critic_loss = (b.weight * (q - y).square()).mean(1).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+
+        # --- actor: minimize alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi (reparameterized)
+        freeze(self.critic, True)
+        pi, log_prob = self.actor(state)
+        q_pi = self.critic(state, pi).min(0).values
+        actor_loss = (alpha * log_prob - q_pi).mean() + cfg.action_l2 * pi.square().mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+        freeze(self.critic, False)
+
+        # --- temperature: drive the entropy -E[log pi] towards target_entropy
+        log_prob = log_prob.detach()
+        if cfg.autotune:
+            alpha_loss = -(self.temperature.log_alpha * (log_prob + self.target_entropy)).mean()
+            self.alpha_optim.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optim.step()
+
+        self.num_updates += 1
+        if cfg.target_update_interval and self.num_updates % cfg.target_update_interval == 0:
+            self.update_targets()
+        td_error = (y - q.detach()).abs().mean(0)
+        return self._metrics(
+            {
+                "critic_loss": critic_loss.detach() / cfg.n_critics,
+                "actor_loss": actor_loss,
+                "q_mean": q.detach().mean(),
+                "alpha": alpha,
+                "entropy": -log_prob.mean(),
+            },
+            td_error,
+        )
+
+    def _target_pairs(self):
+        return [(self.critic_target, self.critic)]
+
+    def _checkpoint_items(self):
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "temperature": self.temperature,
+            "actor_optim": self.actor_optim,
+            "critic_optim": self.critic_optim,
+            "alpha_optim": self.alpha_optim,
+        }

@@ -1,0 +1,140 @@
+"""TD3 for goal-conditioned tasks (Fujimoto et al. 2018) with the openai/baselines HER techniques.
+
+Clipped double Q (min of the twin target critics), target policy smoothing (clipped Gaussian noise on the
+target action), actor and targets updated every ``policy_delay`` critic updates. The twin critics are one
+batched :class:`EnsembleCritic`. Target Q clipped to ``q_clip``; action L2 penalty on the actor.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from agents.networks import DeterministicActor, EnsembleCritic
+
+
+@dataclass
+class TD3Config(AgentConfig):
+    """TD3 options (see :class:`agents.base.AgentConfig` for the shared ones)."""
+
+    action_l2: float = 1.0
+    """Weight of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
+    n_critics: int = 2
+    """Number of critics; the target is the min over all of them."""
+    policy_noise: float = 0.2
+    """Std of the target policy smoothing noise (actions in ``[-1, 1]``)."""
+    noise_clip: float = 0.5
+    """The smoothing noise is clipped to ``[-noise_clip, noise_clip]``."""
+    policy_delay: int = 2
+    """Actor (and target) update every ``policy_delay`` critic updates."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.policy_delay < 1:
+            raise ValueError(f"policy_delay must be >= 1, got {self.policy_delay}")
+        if self.n_critics < 1:
+            raise ValueError(f"n_critics must be >= 1, got {self.n_critics}")
+
+
+def smoothed_target_action(
+    target_action: torch.Tensor, policy_noise: float, noise_clip: float
+) -> torch.Tensor:
+    """``clip(a' + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``."""
+    noise = (torch.randn_like(target_action) * policy_noise).clamp_(-noise_clip, noise_clip)
+    return (target_action + noise).clamp_(-1.0, 1.0)
+
+
+class TD3Agent(GoalConditionedAgentBase):
+    """Goal-conditioned TD3. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+
+    config: TD3Config
+
+    def __init__(
+        self,
+        obs_dim: int,
+        goal_dim: int,
+        action_dim: int,
+        config: TD3Config | None = None,
+        device: str | torch.device = "auto",
+        n_threads: int | None = None,
+    ) -> None:
+        super().__init__(obs_dim, goal_dim, action_dim, config or TD3Config(), device, n_threads)
+        cfg = self.config
+        self.actor = DeterministicActor(self.state_dim, action_dim, cfg.hidden, cfg.layer_norm).to(self.device)
+        self.critic = EnsembleCritic(
+            self.state_dim, action_dim, cfg.hidden, cfg.n_critics, cfg.layer_norm
+        ).to(self.device)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
+        self._actor_loss = torch.zeros((), device=self.device)  # last actor loss, reported between delays
+
+    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        return self.actor(state)
+
+    def update(self, batch) -> dict[str, float | np.ndarray]:
+        """One critic step; every ``policy_delay`` updates also an actor step and target update.
+
+        Returns ``critic_loss`` (mean over critics), ``actor_loss`` (latest), ``q_mean`` and ``td_error``
+        (``|y - Q_i|`` averaged over the critics, ``[B]`` float32).
+        """
+        cfg = self.config
+        b = self.batch_to_tensors(batch)
+        state = self.preprocess(b.observation, b.desired_goal)
+
+        # --- critic: y = r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))), clipped
+        with torch.no_grad():
+            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            next_action = smoothed_target_action(self.actor_target(next_state), cfg.policy_noise, cfg.noise_clip)
+            next_q = self.critic_target(next_state, next_action).min(0).values  # [B]
+            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        q = self.critic(state, b.action)  # [n_critics, B]
+        assert q.shape == (cfg.n_critics, y.shape[0])
+        # sum over critics of each critic's mean(weight * (Q_i - y)^2)
+        critic_loss = (b.weight * (q - y).square()).mean(1).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        self.num_updates += 1
+
+        # --- delayed actor: maximize Q_1(s, mu(s)) with an L2 penalty on the action; then targets
+        if self.num_updates % cfg.policy_delay == 0:
+            freeze(self.critic, True)
+            pi = self.actor(state)
+            actor_loss = -self.critic(state, pi, member=0).mean() + cfg.action_l2 * pi.square().mean()
+            self.actor_optim.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optim.step()
+            freeze(self.critic, False)
+            self._actor_loss = actor_loss.detach()
+            interval = cfg.target_update_interval
+            if interval and self.num_updates % (cfg.policy_delay * interval) == 0:
+                self.update_targets()
+
+        td_error = (y - q.detach()).abs().mean(0)
+        return self._metrics(
+            {
+                "critic_loss": critic_loss.detach() / cfg.n_critics,
+                "actor_loss": self._actor_loss,
+                "q_mean": q.detach().mean(),
+            },
+            td_error,
+        )
+
+    def _target_pairs(self):
+        return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
+
+    def _checkpoint_items(self):
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "actor_target": self.actor_target,
+            "critic_target": self.critic_target,
+            "actor_optim": self.actor_optim,
+            "critic_optim": self.critic_optim,
+        }

@@ -1,0 +1,258 @@
+"""The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
+
+One function, ``train(cfg)``, reads top to bottom: set-up, then per env step: act -> step -> store -> update;
+every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) and checkpoint atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import her
+from agents.checkpoint import load_checkpoint, save_checkpoint
+from agents.logger import RunLogger
+from agents.registry import make_agent
+from envs import goal_env_spec, make_vector_env, split_autoreset
+
+__all__ = ["train", "evaluate", "build_replay", "TrainResult"]
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    env_steps: int
+    eval_success_rate: float
+    history: list[dict[str, Any]]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerReplayBuffer:
+    """The HER replay of the config: storage, (prioritized) sampler, relabeling and n-step returns."""
+    r = cfg.replay
+    storage = her.EpisodeStorage(
+        r.capacity, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
+        max_episode_steps=spec.max_episode_steps or 50, n_envs=cfg.env.n_envs,
+        info_shapes={k: () for k in spec.info_keys},
+    )
+    sampler = None
+    if r.prioritized:
+        sampler = her.PrioritizedSampler(
+            storage, alpha=r.alpha, beta0=r.beta0, beta_annealing_steps=total_updates, eps=r.eps,
+            td_error_clip=r.td_error_clip, rank_based=r.rank_based,
+        )
+    return her.HerReplayBuffer(
+        storage, spec.compute_reward, strategy=r.strategy, n_sampled_goal=r.n_sampled_goal, n_step=r.n_step,
+        gamma=cfg.train.gamma, sampler=sampler, stop_at_success=r.stop_at_success,
+        compute_success=spec.compute_success, seed=cfg.train.seed,
+    )
+
+
+def evaluate(agent: Any, env: Any, n_episodes: int, seed: int | None = None) -> dict[str, float]:
+    """Run ``n_episodes`` deterministic episodes on a vector env (SAME_STEP autoreset).
+
+    Success is ``info["is_success"]`` at each episode's last step. Returns ``success_rate``,
+    ``final_distance`` (mean distance achieved-desired goal at the end, in the goal's units, metres for Fetch)
+    and ``return``.
+    """
+    obs, _ = env.reset(seed=seed)
+    n = env.num_envs
+    successes: list[float] = []
+    distances: list[float] = []
+    returns: list[float] = []
+    ep_return = np.zeros(n)
+    started = np.ones(n, bool)  # envs may start more episodes than needed; count only the first n_episodes
+    while len(successes) < n_episodes:
+        action = agent.act(obs["observation"], obs["desired_goal"], deterministic=True)
+        obs, reward, terminated, truncated, infos = env.step(action)
+        ep_return += reward
+        step = split_autoreset(obs, terminated, truncated, infos)
+        for i in np.flatnonzero(step.done & started):
+            successes.append(float(step.is_success[i]))
+            ag, dg = step.real_next_obs["achieved_goal"][i], step.real_next_obs["desired_goal"][i]
+            distances.append(float(np.linalg.norm(ag - dg)))
+            returns.append(float(ep_return[i]))
+            ep_return[i] = 0.0
+    return {
+        "success_rate": float(np.mean(successes[:n_episodes])),
+        "final_distance": float(np.mean(distances[:n_episodes])),
+        "return": float(np.mean(returns[:n_episodes])),
+    }
+
+
+def _default_run_dir(cfg: DictConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.env.id}-{cfg.algo}-s{cfg.train.seed}-{stamp}"
+
+
+def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
+    """Train ``cfg.algo`` with HER on ``cfg.env.id``. ``resume``: a run directory to continue from."""
+    t_cfg = cfg.train
+    torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
+    seed_everything(t_cfg.seed)
+    spec = goal_env_spec(cfg.env.id)
+    n_envs = cfg.env.n_envs
+    total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
+
+    run_dir = Path(resume) if resume else Path(cfg.log.run_dir) if cfg.log.run_dir else _default_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
+    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
+                       device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
+    replay = build_replay(cfg, spec, total_updates)
+    env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
+    eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
+    rng = np.random.default_rng(t_cfg.seed)
+
+    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "evals": 0, "wall_time": 0.0}
+    wandb_id = None
+    if resume:
+        state = load_checkpoint(run_dir / "checkpoint.pt")
+        agent.load_state_dict(state["agent"])
+        counters.update(state["counters"])
+        rng.bit_generator.state = state["rng"]["numpy"]
+        torch.set_rng_state(state["rng"]["torch"])
+        wandb_id = state.get("wandb_id")
+        replay_file = run_dir / "replay.npz"
+        if replay_file.exists():
+            with np.load(replay_file, allow_pickle=True) as z:
+                replay.load_state_dict(_unflatten({k: z[k] for k in z.files}))
+    logger = RunLogger(cfg, run_dir, resume_id=wandb_id)
+    pending_updates = 0.0
+    train_successes: list[float] = []
+    metrics_acc: dict[str, list[float]] = {}
+    history: list[dict[str, Any]] = []
+    last_eval: dict[str, float] = {}
+    progress = logger.progress(t_cfg.total_env_steps, initial=counters["env_steps"])
+    t_start, wall0 = time.perf_counter(), counters["wall_time"]
+    steps_at_window, time_at_window = counters["env_steps"], t_start
+    next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
+
+    obs, _ = env.reset(seed=t_cfg.seed + counters["episodes"])
+    replay.storage.discard_in_progress()
+    try:
+        while counters["env_steps"] < t_cfg.total_env_steps:
+            # -- act
+            if counters["env_steps"] < t_cfg.warmup_steps:
+                action = rng.uniform(spec.action_low, spec.action_high, (n_envs, spec.action_dim)).astype(np.float32)
+            else:
+                action = agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
+            # -- step and store (the real next state, never the autoreset one)
+            next_obs, reward, terminated, truncated, infos = env.step(action)
+            step = split_autoreset(next_obs, terminated, truncated, infos)
+            info = {k: np.asarray(infos[k], np.float32) for k in spec.info_keys}
+            stored = replay.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
+            obs = next_obs
+            counters["env_steps"] += n_envs
+            if step.done.any():
+                train_successes += step.is_success[step.done].astype(float).tolist()
+                counters["episodes"] += int(step.done.sum())
+            for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
+                slots = (start + np.arange(T)) % replay.storage.n_slots
+                if t_cfg.normalizer_relabeled:
+                    b = replay.batch_from_slots(slots)
+                    agent.update_normalizer(b.observation, b.desired_goal)
+                else:
+                    agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])
+
+            # -- update
+            pending_updates += n_envs * t_cfg.updates_per_step
+            can_learn = counters["env_steps"] >= t_cfg.learning_starts and len(replay) > 0
+            if can_learn and counters["env_steps"] % t_cfg.update_every < n_envs:
+                for _ in range(int(pending_updates)):
+                    batch = replay.sample(t_cfg.batch_size)
+                    m = agent.update(batch)
+                    replay.update_priorities(batch.index, m["td_error"])
+                    for k, v in m.items():
+                        if k != "td_error":
+                            metrics_acc.setdefault(k, []).append(float(v))
+                    counters["updates"] += 1
+                pending_updates -= int(pending_updates)
+            elif not can_learn:
+                pending_updates = 0.0
+            progress.update(n_envs)
+
+            # -- evaluate, log, checkpoint
+            done_training = counters["env_steps"] >= t_cfg.total_env_steps
+            if counters["env_steps"] >= next_eval or done_training:
+                next_eval += t_cfg.eval_every
+                now = time.perf_counter()
+                ev = evaluate(agent, eval_env, t_cfg.eval_episodes)
+                counters["evals"] += 1
+                counters["wall_time"] = wall0 + time.perf_counter() - t_start
+                row = {
+                    "env_steps": counters["env_steps"], "episodes": counters["episodes"],
+                    "updates": counters["updates"], "wall_time": round(counters["wall_time"], 2),
+                    "eval/success_rate": ev["success_rate"], "eval/final_distance": ev["final_distance"],
+                    "eval/return": ev["return"],
+                    "train/success_rate": float(np.mean(train_successes)) if train_successes else float("nan"),
+                    "env_steps_per_s": (counters["env_steps"] - steps_at_window) / max(now - time_at_window, 1e-9),
+                }
+                row.update({f"train/{k}": float(np.mean(v)) for k, v in metrics_acc.items()})
+                logger.log(row, step=counters["env_steps"])
+                if cfg.log.video_every and counters["evals"] % cfg.log.video_every == 0:
+                    logger.log_video(agent, cfg.env.id, step=counters["env_steps"])
+                progress.set_postfix(eval_success=f"{ev['success_rate']:.2f}")
+                history.append(row)
+                last_eval = ev
+                train_successes, metrics_acc = [], {}
+                steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
+                if cfg.log.checkpoint:
+                    _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id)
+    finally:
+        progress.close()
+        env.close()
+        eval_env.close()
+        logger.finish()
+    return TrainResult(run_dir, counters["env_steps"], last_eval.get("success_rate", float("nan")), history)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = np.asarray(v)
+    return out
+
+
+def _unflatten(flat: dict[str, Any]) -> dict:
+    out: dict = {}
+    for k, v in flat.items():
+        node = out
+        *parents, leaf = k.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v.item() if v.dtype == object else v
+    return out
+
+
+def _checkpoint(run_dir: Path, cfg: DictConfig, agent: Any, replay: her.HerReplayBuffer, counters: dict,
+                rng: np.random.Generator, wandb_id: str | None) -> None:
+    if cfg.log.save_replay:  # first the replay, so a checkpoint never points past the replay it needs
+        tmp = run_dir / "replay.npz.tmp"
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **_flatten(replay.state_dict()))
+        os.replace(tmp, run_dir / "replay.npz")
+    save_checkpoint(run_dir / "checkpoint.pt", {
+        "agent": agent.state_dict(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "counters": dict(counters),
+        "rng": {"numpy": rng.bit_generator.state, "torch": torch.get_rng_state()},
+        "wandb_id": wandb_id,
+    })

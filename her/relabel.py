@@ -1,0 +1,70 @@
+"""Goal relabeling: which goal each sampled transition gets (Andrychowicz et al. 2017, "Hindsight Experience
+Replay", Sec. 3.3 and 4.5).
+
+For a transition ``t`` of an episode with ``T`` transitions and achieved goals ``ag_0..ag_T``, with
+probability ``k / (k + 1)`` (``k = n_sampled_goal``) the desired goal is replaced by:
+
+- ``future``:  ``ag_{t'}``, ``t'`` uniform in ``{t+1, ..., T}`` (the state right after the transition counts);
+- ``final``:   ``ag_T``;
+- ``episode``: ``ag_{t'}``, ``t'`` uniform in ``{1, ..., T}``.
+
+Relabeling is done at sample time, so the same stored episode serves every strategy and ``k``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .storage import EpisodeStorage
+
+__all__ = ["GoalRelabeler", "STRATEGIES"]
+
+STRATEGIES = ("future", "final", "episode")
+
+
+class GoalRelabeler:
+    """Replace desired goals of sampled transitions by achieved goals of the same episode.
+
+    Args:
+        strategy: "future", "final" or "episode".
+        n_sampled_goal: k >= 0; the relabel probability is ``k / (k + 1)`` (k = 4 gives 0.8). k = 0 disables.
+
+    Raises:
+        ValueError: unknown strategy or a negative / non-integer k.
+    """
+
+    def __init__(self, strategy: str = "future", n_sampled_goal: int = 4) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"relabel strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if isinstance(n_sampled_goal, bool) or int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
+            raise ValueError(f"n_sampled_goal (k) must be an integer >= 0, got {n_sampled_goal!r}")
+        self.strategy = strategy
+        self.n_sampled_goal = int(n_sampled_goal)
+        self.relabel_probability = self.n_sampled_goal / (self.n_sampled_goal + 1)
+
+    def relabel(
+        self, storage: EpisodeStorage, slots: np.ndarray, records: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Goals for the transitions in ``slots``.
+
+        Args:
+            storage: a goal storage.
+            slots: int64 [B] transition slots.
+            records: ``storage.data.take(slots)`` (their step ``t``, length ``T`` and desired goal are used).
+            rng: numpy Generator.
+        Returns:
+            goals: float32 [B, *goal_shape] (the stored desired goal where not relabeled); relabeled: bool [B].
+        """
+        u = rng.random((2, len(slots)))
+        relabeled = u[0] < self.relabel_probability
+        t, T = records["step"], records["length"]
+        if self.strategy == "future":
+            offset = 1 + (u[1] * (T - t)).astype(np.int64)  # t' - t uniform in {1..T-t}
+        elif self.strategy == "final":
+            offset = (T - t).astype(np.int64)
+        else:
+            offset = 1 + (u[1] * T).astype(np.int64) - t  # t' uniform in {1..T}
+        goal_slot = (slots + offset) % storage.n_slots
+        mask = relabeled.reshape(-1, *([1] * len(storage.goal_shape)))
+        goals = np.where(mask, storage.achieved_goal[goal_slot], records["desired_goal"])
+        return goals, relabeled

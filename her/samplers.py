@@ -1,0 +1,227 @@
+"""Transition samplers: which transitions are drawn.
+
+A sampler returns slots of stored transitions and their importance-sampling weights. ``UniformSampler`` draws
+uniformly over all stored transitions; ``PrioritizedSampler`` draws in proportion to priorities (Schaul et al.
+2016, "Prioritized Experience Replay", Sec. 3.3 and 3.4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .storage import EpisodeStorage
+from .trees import MinTree, SumTree
+
+__all__ = ["UniformSampler", "PrioritizedSampler"]
+
+
+class UniformSampler:
+    """Uniform draws over the sampleable transitions of an ``EpisodeStorage``.
+
+    Weights are all ones. ``update_priorities`` is accepted and ignored, so a training loop can call it
+    whatever the sampler.
+    """
+
+    prioritized = False
+
+    def __init__(self, storage: EpisodeStorage) -> None:
+        self.storage = storage
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw ``batch_size`` transition slots.
+
+        Returns:
+            slots: int64 [B]; weights: float32 [B] of ones; records: the storage records of the slots (the
+            draw had to read them, so the buffer reuses them).
+        Raises:
+            ValueError: no complete episode is stored yet.
+        """
+        st = self.storage
+        if st.n_transitions == 0:
+            raise ValueError(
+                "cannot sample: the storage holds no complete episode yet "
+                f"({sum(st.in_progress_lengths())} steps of unfinished episodes are not sampleable)"
+            )
+        # Draw over the live state slots and redraw the hits on an episode's last state (not a transition):
+        # the live slots are contiguous in the ring, so this is uniform over transitions.
+        base, n_live, S = st.oldest_slot, st.n_live_states, st.n_slots
+        slots = (base + (rng.random(batch_size) * n_live).astype(np.int64)) % S
+        rec = st.data.take(slots)
+        bad = rec["step"] >= rec["length"]
+        while bad.any():
+            redo = (base + (rng.random(int(bad.sum())) * n_live).astype(np.int64)) % S
+            slots[bad] = redo
+            rec[bad] = st.data.take(redo)
+            bad = rec["step"] >= rec["length"]
+        return slots, np.ones(batch_size, np.float32), rec
+
+    def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
+        """No-op for uniform sampling."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class PrioritizedSampler:
+    """Proportional prioritized replay with stratified sampling (Schaul et al. 2016, Alg. 1 and Sec. 3.3-3.4).
+
+    Each stored transition ``i`` has a priority ``p_i = (min(|delta_i|, td_error_clip) + eps) ** alpha`` from the
+    TD error ``delta_i`` of the goal it was last trained with; a new transition gets the largest priority
+    computed so far (1.0 before the first update), so it can be drawn at once. ``P(i) = p_i / sum_k p_k``; the batch is
+    drawn stratified: one draw in each of ``B`` equal segments of the total mass. Importance-sampling weights
+    ``w_i = (N P(i)) ** -beta / max_j w_j`` with the max over all ``N`` stored transitions (Eq. in Sec. 3.4),
+    i.e. ``w_i = (p_i / p_min) ** -beta``; ``beta`` rises linearly from ``beta0`` to 1 over
+    ``beta_annealing_steps`` calls of ``sample``. Priorities of transitions that leave the storage are reset.
+
+    With ``rank_based=True`` the priority is ``(1 / rank(i)) ** alpha``, ranks by ``|delta|`` (Sec. 3.3, rank
+    variant); ranks are recomputed every ``rank_resort_interval`` priority updates.
+
+    Args:
+        storage: the ``EpisodeStorage`` to sample from (the sampler registers itself as a listener).
+        alpha: prioritization exponent, 0 = uniform. Default 0.6.
+        beta0: initial importance-sampling exponent. Default 0.4.
+        beta_annealing_steps: samples over which beta reaches 1 (0: beta stays beta0... then jumps to 1 never;
+            use the run's number of updates).
+        eps: added to ``|delta|`` so a zero TD error keeps a transition sampleable. Default 1e-6.
+        td_error_clip: optional upper clip of ``|delta|`` (the seed's ``abs_err_upper``). Default None.
+        branching: tree branching factor (see ``her.trees``).
+
+    Raises:
+        ValueError: alpha < 0, beta0 not in [0, 1], eps <= 0.
+    """
+
+    prioritized = True
+
+    def __init__(
+        self,
+        storage: EpisodeStorage,
+        alpha: float = 0.6,
+        beta0: float = 0.4,
+        beta_annealing_steps: int = 0,
+        eps: float = 1e-6,
+        td_error_clip: float | None = None,
+        rank_based: bool = False,
+        rank_resort_interval: int = 100,
+        branching: int = 32,
+    ) -> None:
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        if not 0 <= beta0 <= 1:
+            raise ValueError(f"beta0 must be in [0, 1], got {beta0}")
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        self.storage = storage
+        self.alpha, self.beta0, self.eps = float(alpha), float(beta0), float(eps)
+        self.beta_annealing_steps = int(beta_annealing_steps)
+        self.td_error_clip = td_error_clip
+        self.rank_based = rank_based
+        self.rank_resort_interval = int(rank_resort_interval)
+        n = storage.n_slots
+        self.sum_tree = SumTree(n, branching)
+        self.min_tree = MinTree(n, branching)
+        self.max_priority: float | None = None  # largest p_i computed from TD errors so far
+        self.n_samples = 0
+        self._abs_td = np.zeros(n, np.float64)  # rank-based only: last |delta| per slot
+        self._n_updates = 0
+        storage.add_listener(self)
+
+    # -- storage listener
+    def on_transitions_added(self, slots: np.ndarray) -> None:
+        p = 1.0 if self.max_priority is None else self.max_priority
+        self.sum_tree.update(slots, p)
+        self.min_tree.update(slots, p)
+        if self.rank_based:
+            self._abs_td[slots] = np.inf  # new transitions rank first
+
+    def on_transitions_removed(self, slots: np.ndarray) -> None:
+        self.sum_tree.update(slots, 0.0)
+        self.min_tree.update(slots, np.inf)
+
+    def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        self.sum_tree.update(slots, priorities)
+        self.min_tree.update(slots, priorities)
+        if len(priorities):
+            top = float(np.max(priorities))
+            self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
+
+    @property
+    def beta(self) -> float:
+        """Current importance-sampling exponent."""
+        if self.beta_annealing_steps <= 0:
+            return self.beta0
+        frac = min(1.0, self.n_samples / self.beta_annealing_steps)
+        return self.beta0 + (1.0 - self.beta0) * frac
+
+    def priorities(self, slots: np.ndarray) -> np.ndarray:
+        """Stored priorities ``p_i`` of the given slots, float64."""
+        return self.sum_tree[slots]
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw ``batch_size`` slots, stratified over the priority mass, with IS weights.
+
+        Returns:
+            slots: int64 [B]; weights: float32 [B] in (0, 1]; records: the storage records of the slots.
+        Raises:
+            ValueError: no complete episode is stored yet.
+        """
+        if self.storage.n_transitions == 0:
+            raise ValueError("cannot sample: the storage holds no complete episode yet")
+        total = self.sum_tree.total
+        masses = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
+        slots = self.sum_tree.find(masses)
+        p = self.sum_tree[slots]
+        weights = (p / self.min_tree.root) ** (-self.beta)
+        self.n_samples += 1
+        return slots, weights.astype(np.float32), self.storage.data.take(slots)
+
+    def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
+        """Set ``p_i = (|delta_i| + eps) ** alpha`` for the sampled slots.
+
+        Args:
+            slots: int [B] the ``index`` field of the batch that was trained on.
+            td_error: float [B] TD errors (sign ignored).
+        Raises:
+            ValueError: shapes differ, or a TD error is NaN or infinite.
+        """
+        slots = np.asarray(slots, np.int64).reshape(-1)
+        delta = np.abs(np.asarray(td_error, np.float64).reshape(-1))
+        if delta.shape != slots.shape:
+            raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
+        if not np.isfinite(delta).all():
+            raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
+        live = self.storage.is_transition(slots)  # a slot may have been overwritten since it was sampled
+        slots, delta = slots[live], delta[live]
+        if self.td_error_clip is not None:
+            delta = np.minimum(delta, self.td_error_clip)
+        if self.rank_based:
+            self._abs_td[slots] = delta
+            self._n_updates += 1
+            if self._n_updates % self.rank_resort_interval == 0:
+                self._rerank()
+            return
+        self._set(slots, (delta + self.eps) ** self.alpha)
+
+    def _rerank(self) -> None:
+        slots = self.storage.transition_slots()
+        order = np.argsort(-self._abs_td[slots], kind="stable")
+        p = np.empty(len(slots))
+        p[order] = (1.0 / np.arange(1, len(slots) + 1)) ** self.alpha
+        self._set(slots, p)
+
+    def state_dict(self) -> dict:
+        return {"leaves": self.sum_tree.leaves.copy(), "n_samples": self.n_samples, "abs_td": self._abs_td.copy(),
+                "max_priority": -1.0 if self.max_priority is None else self.max_priority}
+
+    def load_state_dict(self, state: dict) -> None:
+        leaves = np.asarray(state["leaves"], np.float64)
+        live = leaves > 0
+        for tree, empty in ((self.sum_tree, 0.0), (self.min_tree, np.inf)):
+            tree.levels[tree.depth][: tree.capacity] = np.where(live, leaves, empty)
+            tree.rebuild()
+        self.n_samples = int(state["n_samples"])
+        self._abs_td[:] = state["abs_td"]
+        mp = float(state["max_priority"])
+        self.max_priority = None if mp < 0 else mp

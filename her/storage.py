@@ -1,0 +1,498 @@
+"""Episode storage: where the data lives.
+
+Episodes are kept whole in one ring of *state slots*. An episode ``e`` with ``T_e`` transitions occupies
+``T_e + 1`` consecutive slots (modulo the ring size) holding the states ``s_0..s_{T_e}``, each stored once
+(no ``obs``/``next_obs`` copies). Slot ``i`` with step ``t < T_e`` also holds transition ``t``: the action,
+the env's reward, the per-step info arrays a reward function needs, and whether it ended the episode by a
+true termination. The next state of the transition in slot ``i`` is slot ``i + 1`` (mod the ring size).
+
+Steps coming from ``n_envs`` parallel envs are staged per env and written to the ring only when their episode
+ends, so only complete episodes are ever sampled and episodes never mix. When the ring is full the oldest whole
+episodes are dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+__all__ = ["EpisodeStorage", "StorageListener", "storage_from_env"]
+
+
+class StorageListener(Protocol):
+    """Receives the slots of transitions that enter or leave the storage (prioritized samplers use it)."""
+
+    def on_transitions_added(self, slots: np.ndarray) -> None: ...
+
+    def on_transitions_removed(self, slots: np.ndarray) -> None: ...
+
+
+@dataclass
+class _Stage:
+    """Per-env staging arrays of the episode in progress (grow by doubling)."""
+
+    length: int = 0  # transitions staged so far
+    started: bool = False  # s_0 staged
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in x)
+
+
+class EpisodeStorage:
+    """Ring storage of whole episodes, states stored once, float32.
+
+    Args:
+        capacity: transitions held when episodes are ``max_episode_steps`` long (the ring has
+            ``capacity + ceil(capacity / max_episode_steps)`` state slots; shorter episodes use one extra slot
+            each for their last state, so slightly fewer transitions fit).
+        observation_shape: shape of one observation, e.g. ``(25,)`` for FetchPush.
+        action_shape: shape of one action, e.g. ``(4,)``; ``()`` for a discrete action (stored as float32).
+        goal_shape: shape of one goal, e.g. ``(3,)``; ``None`` for plain, goal-free transitions.
+        max_episode_steps: the usual episode length (the env's time limit). Longer episodes are accepted up
+            to ``capacity`` transitions.
+        n_envs: number of parallel envs whose steps ``add`` receives.
+        info_shapes: per-step info arrays to keep for the reward function, ``{key: shape}``; stored as float32.
+        validate: check shapes at every ``add`` and NaN/inf at every episode end (cheap; on by default).
+
+    Raises:
+        ValueError: non-positive capacity, max_episode_steps or n_envs.
+
+    Episodes longer than ``capacity`` transitions are refused with a ValueError when they end (at ``add``
+    the staging stops them as soon as they pass ``capacity``).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        observation_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        goal_shape: tuple[int, ...] | None = None,
+        *,
+        max_episode_steps: int = 50,
+        n_envs: int = 1,
+        info_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        validate: bool = True,
+    ) -> None:
+        for name, v in (("capacity", capacity), ("max_episode_steps", max_episode_steps), ("n_envs", n_envs)):
+            if int(v) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.capacity = int(capacity)
+        self.max_episode_steps = int(max_episode_steps)
+        self.n_envs = int(n_envs)
+        self.observation_shape = _shape(observation_shape)
+        self.action_shape = _shape(action_shape)
+        self.goal_shape = None if goal_shape is None else _shape(goal_shape)
+        self.info_shapes = {k: _shape(v) for k, v in (info_shapes or {}).items()}
+        self.validate = validate
+        self.n_slots = self.capacity + -(-self.capacity // self.max_episode_steps) + 1
+        S = self.n_slots
+
+        # One record per slot, so that a sampled transition costs one random memory access instead of one per
+        # array (the sampler is bound by cache misses, not arithmetic).
+        fields = [("observation", np.float32, self.observation_shape)]
+        if self.goal_shape is not None:
+            fields += [("achieved_goal", np.float32, self.goal_shape), ("desired_goal", np.float32, self.goal_shape)]
+        fields += [("action", np.float32, self.action_shape), ("reward", np.float32, ())]
+        fields += [("info." + k, np.float32, shp) for k, shp in self.info_shapes.items()]
+        # step t within the episode and its length T (0 = empty slot); terminated: transition ended it truly.
+        fields += [("step", np.int32, ()), ("length", np.int32, ()), ("terminated", np.bool_, ())]
+        self.dtype = np.dtype(fields, align=True)
+        self.data = np.zeros(S, self.dtype)
+        # Field views of the records, shape [n_slots, ...]; writes go through to ``data``.
+        self.observation = self.data["observation"]
+        if self.goal_shape is not None:
+            self.achieved_goal = self.data["achieved_goal"]
+            self.desired_goal = self.data["desired_goal"]
+        self.action, self.reward = self.data["action"], self.data["reward"]
+        self.terminated, self.step, self.episode_length = self.data["terminated"], self.data["step"], self.data["length"]
+        self.info = {k: self.data["info." + k] for k in self.info_shapes}
+
+        self._head = 0  # next slot to write
+        self._episodes: deque[tuple[int, int]] = deque()  # live episodes (start slot, T), oldest first
+        self._n_live_states = 0
+        self.n_transitions = 0
+        self.n_episodes_added = 0
+        self._listeners: list[StorageListener] = []
+        self._stages = [self._new_stage() for _ in range(self.n_envs)]
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def has_goals(self) -> bool:
+        return self.goal_shape is not None
+
+    @property
+    def n_episodes(self) -> int:
+        """Complete episodes currently stored."""
+        return len(self._episodes)
+
+    def __len__(self) -> int:
+        """Sampleable transitions (of complete episodes) currently stored."""
+        return self.n_transitions
+
+    @property
+    def oldest_slot(self) -> int:
+        return self._episodes[0][0] if self._episodes else self._head
+
+    @property
+    def n_live_states(self) -> int:
+        return self._n_live_states
+
+    def is_transition(self, slots: np.ndarray) -> np.ndarray:
+        """True where a slot holds a sampleable transition (live episode, not its last state)."""
+        rec = self.data[slots]
+        return rec["step"] < rec["length"]
+
+    def transition_slots(self) -> np.ndarray:
+        """All slots holding sampleable transitions, oldest first, int64 [len(self)]."""
+        if not self._episodes:
+            return np.zeros(0, np.int64)
+        return np.concatenate([(s + np.arange(T)) % self.n_slots for s, T in self._episodes])
+
+    def episodes(self) -> list[tuple[int, int]]:
+        """Live episodes as (start slot, number of transitions T), oldest first."""
+        return list(self._episodes)
+
+    def add_listener(self, listener: StorageListener) -> None:
+        """Register an object told about transitions entering and leaving (e.g. a prioritized sampler)."""
+        self._listeners.append(listener)
+        if self.n_transitions:
+            listener.on_transitions_added(self.transition_slots())
+
+    # ------------------------------------------------------------------ writing
+    def add_episode(
+        self,
+        observation: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        *,
+        achieved_goal: np.ndarray | None = None,
+        desired_goal: np.ndarray | None = None,
+        terminated: bool = False,
+        info: Mapping[str, np.ndarray] | None = None,
+    ) -> tuple[int, int]:
+        """Store one complete episode of ``T`` transitions.
+
+        Args:
+            observation: [T+1, *observation_shape] states s_0..s_T.
+            action: [T, *action_shape].
+            reward: [T] rewards the env returned.
+            achieved_goal: [T+1, *goal_shape] (goal storages only).
+            desired_goal: [T+1, *goal_shape], [T, *goal_shape] or [*goal_shape] (the episode's goal).
+            terminated: whether the last transition was a true termination (False for a time limit).
+            info: ``{key: [T, *info_shapes[key]]}`` for the keys given at construction.
+
+        Returns:
+            (start slot, T) of the stored episode.
+
+        Raises:
+            ValueError: wrong shapes, NaN/inf values, T < 1, T > capacity, missing goals or info keys.
+        """
+        obs = np.asarray(observation, np.float32)
+        T = obs.shape[0] - 1 if obs.ndim >= 1 else -1
+        if T < 1:
+            raise ValueError(f"an episode needs at least 2 states (1 transition), got observation shape {obs.shape}")
+        if T > self.capacity:
+            raise ValueError(
+                f"episode of {T} transitions is longer than the storage capacity {self.capacity}: "
+                "raise `capacity` or shorten episodes"
+            )
+        data = {"observation": obs, "action": np.asarray(action, np.float32), "reward": np.asarray(reward, np.float32)}
+        expect = {"observation": (T + 1, *self.observation_shape), "action": (T, *self.action_shape), "reward": (T,)}
+        if self.has_goals:
+            if achieved_goal is None or desired_goal is None:
+                raise ValueError("this storage keeps goals: add_episode needs achieved_goal and desired_goal")
+            dg = np.asarray(desired_goal, np.float32)
+            if dg.shape == self.goal_shape:
+                dg = np.broadcast_to(dg, (T + 1, *self.goal_shape))
+            elif dg.shape == (T, *self.goal_shape):
+                dg = np.concatenate([dg, dg[-1:]])
+            data["achieved_goal"] = np.asarray(achieved_goal, np.float32)
+            data["desired_goal"] = dg
+            expect["achieved_goal"] = expect["desired_goal"] = (T + 1, *self.goal_shape)
+        elif achieved_goal is not None or desired_goal is not None:
+            raise ValueError("this storage was built without goal_shape: pass no achieved_goal/desired_goal")
+        info = info or {}
+        missing = set(self.info_shapes) - set(info)
+        if missing:
+            raise ValueError(f"info is missing keys {sorted(missing)} (expected keys {sorted(self.info_shapes)})")
+        for k, shp in self.info_shapes.items():
+            data["info." + k] = np.asarray(info[k], np.float32)
+            expect["info." + k] = (T, *shp)
+        for k, arr in data.items():
+            if arr.shape != expect[k]:
+                raise ValueError(f"{k}: expected shape {expect[k]}, got {arr.shape}")
+            if self.validate and not np.isfinite(arr).all():
+                bad = np.argwhere(~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)).ravel()[:5]
+                raise ValueError(f"{k} contains NaN or inf (at steps {bad.tolist()}); refusing to store the episode")
+        return self._write(data, T, bool(terminated))
+
+    def _write(self, data: dict[str, np.ndarray], T: int, terminated: bool) -> tuple[int, int]:
+        S, n = self.n_slots, T + 1
+        while self.n_slots - self._n_live_states < n:
+            self._evict_oldest()
+        start = self._head
+        end = start + n
+        if end <= S:
+            states, trans = slice(start, end), slice(start, end - 1)
+        else:
+            states = np.arange(start, end) % S
+            trans = states[:-1]
+        d = self.data
+        d["observation"][states] = data["observation"]
+        if self.has_goals:
+            d["achieved_goal"][states] = data["achieved_goal"]
+            d["desired_goal"][states] = data["desired_goal"]
+        d["action"][trans] = data["action"]
+        d["reward"][trans] = data["reward"]
+        for k in self.info_shapes:
+            d["info." + k][trans] = data["info." + k]
+        d["step"][states] = np.arange(n, dtype=np.int32)
+        d["length"][states] = T
+        d["terminated"][states] = False
+        if terminated:
+            d["terminated"][(start + T - 1) % S] = True
+        self._head = end % S
+        self._episodes.append((start, T))
+        self._n_live_states += n
+        self.n_transitions += T
+        self.n_episodes_added += 1
+        if self._listeners:
+            slots = (start + np.arange(T)) % S
+            for listener in self._listeners:
+                listener.on_transitions_added(slots)
+        return start, T
+
+    def _evict_oldest(self) -> None:
+        start, T = self._episodes.popleft()
+        states = (start + np.arange(T + 1)) % self.n_slots
+        self.data["length"][states] = 0
+        self._n_live_states -= T + 1
+        self.n_transitions -= T
+        for listener in self._listeners:
+            listener.on_transitions_removed(states[:-1])
+
+    # ------------------------------------------------------------------ step-wise adding
+    def _new_stage(self, size: int | None = None) -> dict[str, Any]:
+        L = size or self.max_episode_steps
+        st: dict[str, Any] = {"meta": _Stage()}
+        st["observation"] = np.zeros((L + 1, *self.observation_shape), np.float32)
+        if self.has_goals:
+            st["achieved_goal"] = np.zeros((L + 1, *self.goal_shape), np.float32)
+            st["desired_goal"] = np.zeros((L + 1, *self.goal_shape), np.float32)
+        st["action"] = np.zeros((L, *self.action_shape), np.float32)
+        st["reward"] = np.zeros(L, np.float32)
+        for k, shp in self.info_shapes.items():
+            st["info." + k] = np.zeros((L, *shp), np.float32)
+        return st
+
+    def _grow_stage(self, env: int) -> None:
+        old = self._stages[env]
+        L = old["reward"].shape[0]
+        if L >= self.capacity:
+            raise ValueError(
+                f"env {env}: episode passed the storage capacity of {self.capacity} transitions without ending; "
+                "raise `capacity` or end episodes sooner"
+            )
+        new = self._new_stage(min(2 * L, self.capacity))
+        n = old["meta"].length
+        for k, arr in old.items():
+            if k != "meta":
+                new[k][: n + (1 if arr.shape[0] == L + 1 else 0)] = arr[: n + (1 if arr.shape[0] == L + 1 else 0)]
+        new["meta"] = old["meta"]
+        self._stages[env] = new
+
+    def _check(self, name: str, arr: np.ndarray, shape: tuple[int, ...]) -> None:
+        if arr.shape != shape:
+            raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {arr.shape}")
+
+    def add(
+        self,
+        observation: Mapping[str, np.ndarray] | np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_observation: Mapping[str, np.ndarray] | np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: Mapping[str, np.ndarray] | None = None,
+    ) -> list[tuple[int, int]]:
+        """Add one step of every env (``n_envs`` rows); an env's episode is stored when it ends.
+
+        Args:
+            observation: s_t. A goal env's dict ``{"observation": [n_envs, *obs], "achieved_goal": [n_envs, *g],
+                "desired_goal": [n_envs, *g]}``, or an array [n_envs, *obs] for goal-free storage.
+            action: [n_envs, *action_shape].
+            reward: [n_envs].
+            next_observation: s_{t+1} in the same layout: the *real* next state, also at an episode end (with
+                gymnasium vector envs, the ``final_obs`` of an autoreset env, not the reset observation).
+            terminated: [n_envs] bool, true end of the episode (no bootstrapping).
+            truncated: [n_envs] bool, time-limit end (bootstrapping continues).
+            info: ``{key: [n_envs, *shape]}`` for the keys given at construction.
+
+        Returns:
+            (start slot, T) of each episode stored by this call.
+
+        Raises:
+            ValueError: wrong shapes, missing keys; NaN/inf is detected when the episode is stored.
+        """
+        n = self.n_envs
+        if self.has_goals:
+            if not isinstance(observation, Mapping) or not isinstance(next_observation, Mapping):
+                raise ValueError("this storage keeps goals: observations must be dicts with keys "
+                                 "'observation', 'achieved_goal', 'desired_goal'")
+            obs, ag, dg = observation["observation"], observation["achieved_goal"], observation["desired_goal"]
+            nobs = next_observation["observation"]
+            nag, ndg = next_observation["achieved_goal"], next_observation["desired_goal"]
+        else:
+            obs, nobs = observation, next_observation
+        action = np.asarray(action, np.float32).reshape(n, *self.action_shape) if self.validate else action
+        done = np.logical_or(terminated, truncated)
+        if self.validate:
+            self._check("observation", np.asarray(obs), (n, *self.observation_shape))
+            self._check("next_observation", np.asarray(nobs), (n, *self.observation_shape))
+            if self.has_goals:
+                for nm, a in (("achieved_goal", ag), ("desired_goal", dg), ("next achieved_goal", nag)):
+                    self._check(nm, np.asarray(a), (n, *self.goal_shape))
+            self._check("reward", np.asarray(reward), (n,))
+            self._check("terminated", np.asarray(terminated), (n,))
+            self._check("truncated", np.asarray(truncated), (n,))
+            missing = set(self.info_shapes) - set(info or {})
+            if missing:
+                raise ValueError(f"info is missing keys {sorted(missing)} (expected {sorted(self.info_shapes)})")
+        stored = []
+        for e in range(n):
+            st = self._stages[e]
+            meta = st["meta"]
+            t = meta.length
+            if t >= st["reward"].shape[0]:
+                self._grow_stage(e)
+                st = self._stages[e]
+            if not meta.started:
+                st["observation"][0] = obs[e]
+                if self.has_goals:
+                    st["achieved_goal"][0] = ag[e]
+                    st["desired_goal"][0] = dg[e]
+                meta.started = True
+            st["observation"][t + 1] = nobs[e]
+            if self.has_goals:
+                st["achieved_goal"][t + 1] = nag[e]
+                st["desired_goal"][t + 1] = ndg[e]
+            st["action"][t] = action[e]
+            st["reward"][t] = reward[e]
+            for k in self.info_shapes:
+                st["info." + k][t] = info[k][e]
+            meta.length = t + 1
+            if done[e]:
+                stored.append(self._commit(e, bool(terminated[e])))
+        return stored
+
+    def _commit(self, env: int, terminated: bool) -> tuple[int, int]:
+        st = self._stages[env]
+        T = st["meta"].length
+        st["meta"] = _Stage()
+        kw: dict[str, Any] = {}
+        if self.has_goals:
+            kw = {"achieved_goal": st["achieved_goal"][: T + 1], "desired_goal": st["desired_goal"][: T + 1]}
+        info = {k: st["info." + k][:T] for k in self.info_shapes}
+        return self.add_episode(st["observation"][: T + 1], st["action"][:T], st["reward"][:T],
+                                terminated=terminated, info=info, **kw)
+
+    def discard_in_progress(self, env: int | None = None) -> None:
+        """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset."""
+        for e in range(self.n_envs) if env is None else [env]:
+            self._stages[e]["meta"] = _Stage()
+
+    def in_progress_lengths(self) -> list[int]:
+        """Transitions staged per env for episodes not yet ended."""
+        return [st["meta"].length for st in self._stages]
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore the stored episodes exactly (not the unfinished ones: after a load the
+        envs restart, so an in-progress episode would otherwise be glued onto the next one)."""
+        state: dict[str, Any] = {"field." + k: self.data[k] for k in self.dtype.names}
+        state["episodes"] = np.asarray(list(self._episodes), np.int64).reshape(-1, 2)
+        state["scalars"] = np.asarray([self._head, self._n_live_states, self.n_transitions, self.n_episodes_added,
+                                       self.n_slots], np.int64)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from ``state_dict()``; unfinished staged episodes are discarded.
+
+        Raises:
+            ValueError: the state was saved from a storage of another size or layout.
+        """
+        head, live, n_tr, n_added, n_slots = (int(x) for x in state["scalars"])
+        if n_slots != self.n_slots:
+            raise ValueError(f"saved storage has {n_slots} slots, this one {self.n_slots}: use the same capacity")
+        for k in self.dtype.names:
+            saved = state.get("field." + k)
+            if saved is None or saved.shape != self.data[k].shape:
+                got = None if saved is None else saved.shape
+                raise ValueError(f"{k}: saved shape {got}, expected {self.data[k].shape} (another storage layout)")
+            self.data[k][...] = saved
+        self._episodes = deque((int(s), int(T)) for s, T in np.asarray(state["episodes"]).reshape(-1, 2))
+        self._head, self._n_live_states, self.n_transitions, self.n_episodes_added = head, live, n_tr, n_added
+        self.discard_in_progress()
+        for listener in self._listeners:
+            listener.on_transitions_removed(np.arange(self.n_slots))
+            listener.on_transitions_added(self.transition_slots())
+
+    def save(self, path: str) -> None:
+        """Write the storage compressed (``.npz``) atomically: a temp file then ``os.replace``."""
+        import os
+        import tempfile
+
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez_compressed(f, **self.state_dict())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def load(self, path: str) -> None:
+        """Load a file written by ``save``."""
+        with np.load(path) as z:
+            self.load_state_dict({k: z[k] for k in z.files})
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the ring arrays."""
+        return int(self.data.nbytes)
+
+
+def storage_from_env(env: Any, capacity: int, n_envs: int = 1, **kwargs: Any) -> EpisodeStorage:
+    """Build an ``EpisodeStorage`` from a gymnasium (goal) env's spaces, without importing gymnasium.
+
+    A Dict observation space with ``observation``/``achieved_goal``/``desired_goal`` gives a goal storage; any
+    other space a goal-free one. ``max_episode_steps`` comes from ``env.spec`` when it has one. A vector env
+    works too (its ``single_observation_space``/``single_action_space`` are used and ``n_envs`` defaults to
+    ``env.num_envs``).
+
+    Raises:
+        ValueError: a Dict space without the three goal-env keys.
+    """
+    obs_space = getattr(env, "single_observation_space", None) or env.observation_space
+    act_space = getattr(env, "single_action_space", None) or env.action_space
+    if hasattr(env, "num_envs") and n_envs == 1:
+        n_envs = int(env.num_envs)
+    spaces = getattr(obs_space, "spaces", None)
+    if spaces is not None:
+        need = {"observation", "achieved_goal", "desired_goal"}
+        if not need <= set(spaces):
+            raise ValueError(f"a Dict observation space needs keys {sorted(need)}, got {sorted(spaces)}")
+        obs_shape, goal_shape = spaces["observation"].shape, spaces["achieved_goal"].shape
+    else:
+        obs_shape, goal_shape = obs_space.shape, None
+    spec = getattr(env, "spec", None)
+    if "max_episode_steps" not in kwargs and spec is not None and getattr(spec, "max_episode_steps", None):
+        kwargs["max_episode_steps"] = int(spec.max_episode_steps)
+    action_shape = act_space.shape if act_space.shape is not None else ()
+    return EpisodeStorage(capacity, obs_shape, action_shape, goal_shape, n_envs=n_envs, **kwargs)

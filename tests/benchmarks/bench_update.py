@@ -1,0 +1,189 @@
+"""Time one agent update per algorithm against a straightforward reference torch update.
+
+    python tests/benchmarks/bench_update.py [--batch-sizes 256 1024] [--iters 50] [--threads 1] [--compile]
+
+FetchPush sizes (obs 25, goal 3, action 4) and 3x256 MLPs. The reference is what one writes first: separate
+``nn.Sequential`` critics (two for TD3/SAC, one for DDPG), plain ``torch.optim.Adam``, critic gradients
+computed during the actor step, one ``.item()`` per metric. ``--compile`` additionally times the agents with
+their actor and critic modules wrapped in ``torch.compile`` (reported as failed if it does not work here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from agents.networks import mlp
+from agents.registry import make_agent
+
+OBS, GOAL, ACT = 25, 3, 4
+HIDDEN = (256, 256, 256)
+
+
+def make_batch(batch_size: int, seed: int = 0) -> SimpleNamespace:
+    rng = np.random.default_rng(seed)
+    return SimpleNamespace(
+        observation=rng.normal(size=(batch_size, OBS)).astype(np.float32),
+        desired_goal=rng.normal(size=(batch_size, GOAL)).astype(np.float32),
+        action=rng.uniform(-1, 1, (batch_size, ACT)).astype(np.float32),
+        reward=-(rng.random(batch_size) < 0.5).astype(np.float32),
+        next_observation=rng.normal(size=(batch_size, OBS)).astype(np.float32),
+        discount=np.full(batch_size, 0.98, np.float32),
+        terminated=np.zeros(batch_size, bool),
+        weight=np.ones(batch_size, np.float32),
+    )
+
+
+class ReferenceAgent:
+    """Straightforward DDPG/TD3/SAC update with separate critics and plain Adam (same maths as the agents)."""
+
+    def __init__(self, algo: str) -> None:
+        self.algo = algo
+        s = OBS + GOAL
+        n_critics = 1 if algo == "ddpg" else 2
+        self.actor = mlp(s, 2 * ACT if algo == "sac" else ACT, HIDDEN)
+        self.critics = [mlp(s + ACT, 1, HIDDEN) for _ in range(n_critics)]
+        self.actor_target = copy.deepcopy(self.actor)
+        self.critic_targets = [copy.deepcopy(c) for c in self.critics]
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
+        self.critic_optim = torch.optim.Adam([p for c in self.critics for p in c.parameters()], lr=1e-3)
+        self.log_alpha = torch.zeros(1, requires_grad=True)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=1e-3)
+        self.mean, self.std = torch.zeros(s), torch.ones(s)
+        self.n = 0
+
+    def sample(self, state):
+        mu, log_std = self.actor(state).chunk(2, -1)
+        log_std = log_std.clamp(-20, 2)
+        dist = torch.distributions.Normal(mu, log_std.exp())
+        u = dist.rsample()
+        a = torch.tanh(u)
+        log_prob = dist.log_prob(u).sum(-1) - torch.log(1 - a.pow(2) + 1e-6).sum(-1)
+        return a, log_prob
+
+    def update(self, batch) -> dict:
+        o = torch.as_tensor(batch.observation)
+        g = torch.as_tensor(batch.desired_goal)
+        o2 = torch.as_tensor(batch.next_observation)
+        a = torch.as_tensor(batch.action)
+        r = torch.as_tensor(batch.reward).unsqueeze(1)
+        d = torch.as_tensor(batch.discount).unsqueeze(1)
+        term = torch.as_tensor(batch.terminated).float().unsqueeze(1)
+        w = torch.as_tensor(batch.weight).unsqueeze(1)
+        s = ((torch.cat([o, g], 1) - self.mean) / self.std).clamp(-5, 5)
+        s2 = ((torch.cat([o2, g], 1) - self.mean) / self.std).clamp(-5, 5)
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            if self.algo == "sac":
+                a2, logp2 = self.sample(s2)
+                q2 = torch.min(*[c(torch.cat([s2, a2], 1)) for c in self.critic_targets])
+                q2 = q2 - alpha * logp2.unsqueeze(1)
+            else:
+                a2 = torch.tanh(self.actor_target(s2))
+                if self.algo == "td3":
+                    a2 = (a2 + (torch.randn_like(a2) * 0.2).clamp(-0.5, 0.5)).clamp(-1, 1)
+                qs = [c(torch.cat([s2, a2], 1)) for c in self.critic_targets]
+                q2 = qs[0] if len(qs) == 1 else torch.min(qs[0], qs[1])
+            y = (r + d * (1 - term) * q2).clamp(-50, 0)
+        qs = [c(torch.cat([s, a], 1)) for c in self.critics]
+        critic_loss = sum((w * (q - y) ** 2).mean() for q in qs)
+        self.critic_optim.zero_grad()
+        critic_loss.backward()
+        self.critic_optim.step()
+        self.n += 1
+        out = {"critic_loss": critic_loss.item(), "q_mean": qs[0].mean().item()}
+        if self.algo != "td3" or self.n % 2 == 0:
+            if self.algo == "sac":
+                pi, logp = self.sample(s)
+                q_pi = torch.min(*[c(torch.cat([s, pi], 1)) for c in self.critics])
+                actor_loss = (alpha * logp.unsqueeze(1) - q_pi).mean()
+            else:
+                pi = torch.tanh(self.actor(s))
+                actor_loss = -self.critics[0](torch.cat([s, pi], 1)).mean() + (pi**2).mean()
+            self.actor_optim.zero_grad()
+            actor_loss.backward()
+            self.actor_optim.step()
+            out["actor_loss"] = actor_loss.item()
+            if self.algo == "sac":
+                alpha_loss = -(self.log_alpha * (logp.detach() - ACT)).mean()
+                self.alpha_optim.zero_grad()
+                alpha_loss.backward()
+                self.alpha_optim.step()
+                out["alpha"] = self.log_alpha.exp().item()
+            with torch.no_grad():
+                pairs = [(self.actor_target, self.actor)] if self.algo != "sac" else []
+                pairs += list(zip(self.critic_targets, self.critics))
+                for tgt, src in pairs:
+                    for pt, ps in zip(tgt.parameters(), src.parameters()):
+                        pt.mul_(0.95).add_(0.05 * ps)
+        out["td_error"] = (y - qs[0]).abs().squeeze(1).detach().numpy()
+        return out
+
+
+def time_updates(agent, batch, iters: int, warmup: int) -> float:
+    """Median-of-3 ms per update (each repeat: ``iters`` updates) after ``warmup`` updates."""
+    for _ in range(warmup):
+        agent.update(batch)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            agent.update(batch)
+        times.append((time.perf_counter() - t0) / iters * 1e3)
+    return float(np.median(times))
+
+
+def compiled_agent(algo: str):
+    agent = make_agent(algo, OBS, GOAL, ACT, device="cpu")
+    agent.actor = torch.compile(agent.actor)
+    agent.critic = torch.compile(agent.critic)
+    agent.critic_target = torch.compile(agent.critic_target)
+    if hasattr(agent, "actor_target"):
+        agent.actor_target = torch.compile(agent.actor_target)
+    return agent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", nargs="+", default=["ddpg", "td3", "sac"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[256, 1024])
+    parser.add_argument("--iters", type=int, default=30, help="updates per timing repeat (3 repeats)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd agent modules")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, obs {OBS} goal {GOAL} act {ACT}, "
+          f"hidden {HIDDEN}")
+    header = f"{'algo':<6}{'batch':>7}{'reference ms':>14}{'agent ms':>10}{'speedup':>9}"
+    if args.compile:
+        header += f"{'compiled ms':>13}"
+    print(header)
+    print("-" * len(header))
+    for algo in args.algos:
+        for bs in args.batch_sizes:
+            batch = make_batch(bs)
+            ref_ms = time_updates(ReferenceAgent(algo), batch, args.iters, args.warmup)
+            agent = make_agent(algo, OBS, GOAL, ACT, device="cpu")
+            agent.update_normalizer(batch.observation, batch.desired_goal)
+            ms = time_updates(agent, batch, args.iters, args.warmup)
+            line = f"{algo:<6}{bs:>7}{ref_ms:>14.2f}{ms:>10.2f}{ref_ms / ms:>8.2f}x"
+            if args.compile:
+                try:
+                    c_ms = time_updates(compiled_agent(algo), batch, args.iters, args.warmup + 5)
+                    line += f"{c_ms:>13.2f}"
+                except Exception as exc:  # noqa: BLE001 - report whatever compile raised
+                    line += f"{'failed':>13}"
+                    print(f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+"""Unit tests of agents/: normalizer, networks, exploration, TD targets, DDPG/TD3/SAC updates, checkpoints."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+
+from agents.base import Agent, GoalConditionedAgentBase, resolve_device, td_target
+from agents.ddpg import DDPGAgent, DDPGConfig
+from agents.networks import EnsembleCritic, SquashedGaussianActor, mlp, tanh_log_det_jacobian
+from agents.normalizer import RunningNormalizer
+from agents.registry import make_agent
+from agents.sac import SACAgent, SACConfig
+from agents.td3 import TD3Agent, TD3Config, smoothed_target_action
+
+OBS, GOAL, ACT = 7, 3, 2
+SMALL = {"hidden": (32, 32), "device": "cpu"}
+ALGOS = ["ddpg", "td3", "sac"]
+
+
+def make_batch(batch_size: int = 32, seed: int = 0, terminated: bool = False) -> SimpleNamespace:
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(batch_size, OBS)).astype(np.float32)
+    return SimpleNamespace(
+        observation=obs,
+        desired_goal=rng.normal(size=(batch_size, GOAL)).astype(np.float32),
+        action=rng.uniform(-1, 1, (batch_size, ACT)).astype(np.float32),
+        # a fixed, learnable regression target: -1 where the first feature is negative
+        reward=-(obs[:, 0] < 0).astype(np.float32),
+        next_observation=rng.normal(size=(batch_size, OBS)).astype(np.float32),
+        discount=np.full(batch_size, 0.98, np.float32),
+        terminated=np.full(batch_size, terminated),
+        weight=np.ones(batch_size, np.float32),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- normalizer
+def test_normalizer_matches_numpy_mean_std():
+    rng = np.random.default_rng(0)
+    data = rng.normal(loc=[1.0, -3.0, 10.0], scale=[0.5, 2.0, 4.0], size=(1000, 3))
+    norm = RunningNormalizer(3)
+    for chunk in np.array_split(data, 7):
+        norm.update(chunk)
+    np.testing.assert_allclose(norm.mean, data.mean(0), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(norm.std, data.std(0), rtol=1e-8)
+    x = torch.as_tensor(data[:10], dtype=torch.float32)
+    expected = np.clip((data[:10] - data.mean(0)) / data.std(0), -5, 5)
+    np.testing.assert_allclose(norm.normalize(x).numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(norm.normalize_np(data[:10]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_normalizer_clips_and_floors():
+    norm = RunningNormalizer(2, eps=1e-2)
+    data = np.zeros((100, 2))
+    data[:, 1] = np.linspace(-1, 1, 100)
+    norm.update(data)
+    assert norm.std[0] == pytest.approx(1e-2)  # constant feature: std floor
+    out = norm.normalize(torch.tensor([[1.0, 100.0], [-1.0, -100.0]]))
+    assert out.abs().max().item() == pytest.approx(5.0)
+    # raw inputs are clipped to +-200 before the statistics
+    big = RunningNormalizer(1)
+    big.update(np.array([[1e6], [-1e6], [1e6]]))
+    assert big.mean[0] == pytest.approx(200.0 / 3)
+
+
+def test_normalizer_state_dict_and_distributed_hook():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(50, 4)), rng.normal(size=(70, 4))
+    # two "workers" all-reduce their partial sums
+    w1, w2 = RunningNormalizer(4), RunningNormalizer(4)
+    parts = [w1.partial_stats(a), w2.partial_stats(b)]
+    total = [parts[0][i] + parts[1][i] for i in range(3)]
+    w1.add_stats(*total)
+    single = RunningNormalizer(4)
+    single.update(np.concatenate([a, b]))
+    np.testing.assert_allclose(w1.mean, single.mean)
+    np.testing.assert_allclose(w1.std, single.std)
+    restored = RunningNormalizer(4)
+    restored.load_state_dict(pickle.loads(pickle.dumps(single.state_dict())))
+    x = torch.randn(5, 4)
+    assert torch.equal(restored.normalize(x), single.normalize(x))
+
+
+# ----------------------------------------------------------------------------------------------- networks
+def _copy_into_sequential(critic: EnsembleCritic, member: int, seq: nn.Sequential) -> None:
+    ens_layers = [*critic.linears, critic.head]
+    linears = [m for m in seq if isinstance(m, nn.Linear)]
+    norms = [m for m in seq if isinstance(m, nn.LayerNorm)]
+    with torch.no_grad():
+        for lin, ens in zip(linears, ens_layers, strict=True):
+            lin.weight.copy_(ens.weight[member])
+            lin.bias.copy_(ens.bias[member, 0])
+        for ln, ens_ln in zip(norms, critic.norms or [], strict=True):
+            ln.weight.copy_(ens_ln.weight[member, 0])
+            ln.bias.copy_(ens_ln.bias[member, 0])
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_ensemble_critic_equals_separate_critics(layer_norm):
+    torch.manual_seed(0)
+    S, A, B, hidden = 6, 2, 16, (32, 24)
+    critic = EnsembleCritic(S, A, hidden, n_critics=2, layer_norm=layer_norm)
+    refs = [mlp(S + A, 1, hidden, layer_norm) for _ in range(2)]
+    for m, ref in enumerate(refs):
+        _copy_into_sequential(critic, m, ref)
+    s, a = torch.randn(B, S), torch.randn(B, A)
+    coef = torch.randn(2, B)
+    q = critic(s, a)
+    assert q.shape == (2, B)
+    q_ref = torch.stack([ref(torch.cat([s, a], 1)).squeeze(-1) for ref in refs])
+    torch.testing.assert_close(q, q_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(critic(s, a, member=1), q[1:], rtol=1e-5, atol=1e-5)
+    (coef * q).sum().backward()
+    (coef * q_ref).sum().backward()
+    for m, ref in enumerate(refs):
+        linears = [x for x in ref if isinstance(x, nn.Linear)]
+        for lin, ens in zip(linears, [*critic.linears, critic.head], strict=True):
+            torch.testing.assert_close(ens.weight.grad[m], lin.weight.grad, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(ens.bias.grad[m, 0], lin.bias.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_sac_log_prob_matches_transformed_distribution():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(5, 3, (16, 16)).double()
+    state = torch.randn(64, 5, dtype=torch.float64)
+    torch.manual_seed(1)
+    action, log_prob = actor(state)
+    torch.manual_seed(1)
+    mu, log_std = actor.distribution_params(state)
+    u = mu + torch.randn_like(mu) * log_std.exp()
+    # change of variables by hand: log N(u) - sum log(1 - tanh(u)^2)
+    by_hand = torch.distributions.Normal(mu, log_std.exp()).log_prob(u).sum(-1) - torch.log1p(
+        -torch.tanh(u) ** 2
+    ).sum(-1)
+    torch.testing.assert_close(action, torch.tanh(u))
+    torch.testing.assert_close(log_prob, by_hand, rtol=1e-8, atol=1e-8)
+    # torch.distributions reference with TanhTransform (on moderate u so atanh is exact enough)
+    ref = torch.distributions.TransformedDistribution(
+        torch.distributions.Independent(torch.distributions.Normal(mu, log_std.exp()), 1),
+        [torch.distributions.transforms.TanhTransform()],
+    )
+    ok = u.abs().max(-1).values < 3
+    torch.testing.assert_close(log_prob[ok], ref.log_prob(torch.tanh(u))[ok], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        SquashedGaussianActor.log_prob_of_pre_tanh(mu, log_std, u), log_prob, rtol=1e-10, atol=1e-10
+    )
+
+
+def test_tanh_correction_is_stable_for_large_inputs():
+    u = torch.tensor([0.0, 5.0, -20.0, 50.0], dtype=torch.float32)
+    val = tanh_log_det_jacobian(u)
+    assert torch.isfinite(val).all()
+    torch.testing.assert_close(val[:2], torch.log1p(-torch.tanh(u[:2].double()) ** 2).float(), rtol=1e-4, atol=1e-5)
+    assert val[3].item() == pytest.approx(2 * (math.log(2) - 50.0), rel=1e-6)
+
+
+def test_sac_log_std_is_clamped():
+    actor = SquashedGaussianActor(4, 2, (8,), log_std_min=-5.0, log_std_max=2.0)
+    with torch.no_grad():
+        actor.net[-1].bias.fill_(100.0)
+    _, log_std = actor.distribution_params(torch.randn(3, 4))
+    assert (log_std == 2.0).all()
+
+
+# ---------------------------------------------------------------------------------------------- TD3 / targets
+def test_td3_smoothing_noise_stays_within_clip():
+    torch.manual_seed(0)
+    a = torch.zeros(10000, 4)
+    smoothed = smoothed_target_action(a, policy_noise=1.0, noise_clip=0.5)
+    assert smoothed.abs().max().item() <= 0.5
+    assert smoothed.abs().max().item() == pytest.approx(0.5)  # the clip is reached with std 1
+    near_edge = smoothed_target_action(torch.full((1000, 4), 0.9), 0.2, 0.5)
+    assert near_edge.max().item() <= 1.0 and near_edge.min().item() >= 0.4 - 1e-6
+    assert smoothed_target_action(a, 0.2, 0.5).std().item() == pytest.approx(0.2, rel=0.1)
+
+
+def test_td_target_shapes_and_clip():
+    B = 8
+    r, d, t, q = torch.full((B,), -1.0), torch.full((B,), 0.9), torch.zeros(B), torch.full((B,), -100.0)
+    t[0] = 1.0
+    y = td_target(r, d, t, q, (-50.0, 0.0))
+    assert y.shape == (B,)
+    assert y[0].item() == -1.0 and (y[1:] == -50.0).all()
+    with pytest.raises(AssertionError):
+        td_target(r, d, t, q.unsqueeze(1), None)  # [B, 1] vs [B] would broadcast to [B, B]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_column_shaped_batch_fields_give_same_update(algo):
+    batch = make_batch(16)
+    col = SimpleNamespace(**vars(batch))
+    for k in ("reward", "discount", "terminated", "weight"):
+        setattr(col, k, getattr(batch, k)[:, None])
+    metrics = []
+    for b in (batch, col):
+        torch.manual_seed(0)
+        agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+        metrics.append(agent.update(b))
+    assert metrics[1]["td_error"].shape == (16,)
+    assert metrics[0]["critic_loss"] == metrics[1]["critic_loss"]
+
+
+# ---------------------------------------------------------------------------------------------- updates
+@pytest.mark.parametrize("algo", ALGOS)
+def test_update_reduces_critic_loss_on_fixed_target(algo):
+    torch.manual_seed(0)
+    agent = make_agent(algo, OBS, GOAL, ACT, critic_lr=3e-3, **SMALL)
+    batch = make_batch(64, terminated=True)  # y = r exactly: a fixed regression target
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    first = agent.update(batch)
+    for _ in range(300):
+        last = agent.update(batch)
+    assert last["critic_loss"] < 0.1 * first["critic_loss"]
+    expected = {"critic_loss", "actor_loss", "q_mean", "td_error"}
+    if algo == "sac":
+        expected |= {"alpha", "entropy"}
+    assert set(last) == expected
+    assert last["td_error"].dtype == np.float32 and last["td_error"].shape == (64,)
+    assert all(isinstance(v, float) for k, v in last.items() if k != "td_error")
+    assert agent.num_updates == 301
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_update_accepts_torch_tensors_and_mappings(algo):
+    batch = make_batch(16)
+    as_torch = SimpleNamespace(**{k: torch.as_tensor(v) for k, v in vars(batch).items()})
+    no_weight = {k: v for k, v in vars(batch).items() if k != "weight"}
+    results = []
+    for b in (batch, as_torch, no_weight):
+        torch.manual_seed(0)
+        agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+        results.append(agent.update(b))
+    for r in results[1:]:
+        assert r["critic_loss"] == results[0]["critic_loss"]
+        np.testing.assert_array_equal(r["td_error"], results[0]["td_error"])
+
+
+def test_td3_delays_the_actor():
+    torch.manual_seed(0)
+    agent = TD3Agent(OBS, GOAL, ACT, TD3Config(hidden=(16,), policy_delay=2), device="cpu")
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    target_before = [p.detach().clone() for p in agent.critic_target.parameters()]
+    batch = make_batch(8)
+    agent.update(batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.actor.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(target_before, agent.critic_target.parameters()))
+    agent.update(batch)
+    assert not all(torch.equal(a, b) for a, b in zip(before, agent.actor.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(target_before, agent.critic_target.parameters()))
+
+
+def test_polyak_target_update():
+    agent = DDPGAgent(OBS, GOAL, ACT, DDPGConfig(hidden=(8,), polyak=0.9), device="cpu")
+    with torch.no_grad():
+        for p in agent.actor.parameters():
+            p.fill_(1.0)
+        for p in agent.actor_target.parameters():
+            p.fill_(0.0)
+    agent.update_targets()
+    for p in agent.actor_target.parameters():
+        torch.testing.assert_close(p, torch.full_like(p, 0.1))
+
+
+def test_sac_fixed_alpha_and_autotune():
+    batch = make_batch(16)
+    fixed = SACAgent(OBS, GOAL, ACT, SACConfig(hidden=(16,), autotune=False, alpha=0.05), device="cpu")
+    for _ in range(3):
+        m = fixed.update(batch)
+    assert m["alpha"] == pytest.approx(0.05)
+    tuned = SACAgent(OBS, GOAL, ACT, SACConfig(hidden=(16,), alpha=0.5), device="cpu")
+    for _ in range(3):
+        tuned.update(batch)
+    assert tuned.alpha != pytest.approx(0.5)
+    assert tuned.target_entropy == -ACT
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize("algo", ALGOS)
+def test_state_dict_round_trip(algo):
+    torch.manual_seed(0)
+    agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+    batch = make_batch(16)
+    agent.update_normalizer(batch.observation * 3 + 1, batch.desired_goal)
+    for _ in range(3):
+        agent.update(batch)
+    state = pickle.loads(pickle.dumps(agent.state_dict()))
+    torch.manual_seed(123)
+    clone = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+    clone.load_state_dict(state)
+    assert clone.num_updates == 3
+    np.testing.assert_array_equal(
+        clone.act(batch.observation, batch.desired_goal, deterministic=True),
+        agent.act(batch.observation, batch.desired_goal, deterministic=True),
+    )
+    # exploration rng restored too
+    np.testing.assert_array_equal(
+        clone.act(batch.observation, batch.desired_goal, deterministic=algo == "sac"),
+        agent.act(batch.observation, batch.desired_goal, deterministic=algo == "sac"),
+    )
+    # optimizers restored: one more update stays identical
+    results = []
+    for a in (agent, clone):
+        torch.manual_seed(7)
+        results.append(a.update(batch))
+    assert results[0]["critic_loss"] == results[1]["critic_loss"]
+    for p, q in zip(agent.critic.parameters(), clone.critic.parameters()):
+        assert torch.equal(p, q)
+
+
+# ---------------------------------------------------------------------------------------------- factory
+def test_make_agent_rejects_bad_names():
+    with pytest.raises(ValueError, match="valid algos.*ddpg"):
+        make_agent("ppo", OBS, GOAL, ACT)
+    with pytest.raises(ValueError) as info:
+        make_agent("td3", OBS, GOAL, ACT, lr=1e-3, bogus=1)
+    msg = str(info.value)
+    assert "bogus" in msg and "'lr'" in msg and "actor_lr" in msg and "policy_delay" in msg
+    with pytest.raises(ValueError, match="alpha"):
+        make_agent("ddpg", OBS, GOAL, ACT, alpha=0.1)
+
+
+def test_make_agent_builds_each_algo_with_options():
+    assert isinstance(make_agent("DDPG", OBS, GOAL, ACT, device="cpu"), DDPGAgent)
+    td3 = make_agent("td3", OBS, GOAL, ACT, hidden=[16, 16], q_clip=[-10, 0], device="cpu", n_threads=None)
+    assert td3.config.hidden == (16, 16) and td3.config.q_clip == (-10.0, 0.0)
+    sac = make_agent("sac", OBS, GOAL, ACT, device="cpu", autotune=False)
+    assert isinstance(sac, SACAgent) and isinstance(sac, Agent) and isinstance(sac, GoalConditionedAgentBase)
+
+
+def test_device_and_threads():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    old = torch.get_num_threads()
+    try:
+        make_agent("ddpg", OBS, GOAL, ACT, hidden=(8,), device="cpu", n_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)
+
+
+# ---------------------------------------------------------------------------------------------- exploration
+def test_exploration_noise_stays_in_bounds():
+    agent = make_agent("td3", OBS, GOAL, ACT, noise_std=5.0, random_eps=0.0, seed=0, **SMALL)
+    obs, goal = np.random.default_rng(0).normal(size=(500, OBS)), np.zeros((500, GOAL))
+    actions = agent.act(obs, goal)
+    assert actions.shape == (500, ACT) and actions.dtype == np.float32
+    assert actions.min() >= -1.0 and actions.max() <= 1.0
+    assert (np.abs(actions) == 1.0).mean() > 0.5  # big noise saturates at the bounds
+    single = agent.act(obs[0], goal[0], deterministic=True)
+    assert single.shape == (ACT,)
+
+
+def test_random_eps_one_gives_uniform_actions():
+    agent = make_agent("ddpg", OBS, GOAL, ACT, noise_std=0.0, random_eps=1.0, seed=0, **SMALL)
+    obs, goal = np.zeros((4000, OBS)), np.zeros((4000, GOAL))
+    actions = agent.act(obs, goal)
+    for j in range(ACT):
+        assert stats.kstest(actions[:, j], stats.uniform(loc=-1, scale=2).cdf).pvalue > 1e-3
+    # deterministic acting ignores exploration; no exploration equals the deterministic action
+    quiet = make_agent("ddpg", OBS, GOAL, ACT, noise_std=0.0, random_eps=0.0, **SMALL)
+    np.testing.assert_array_equal(quiet.act(obs[:5], goal[:5]), quiet.act(obs[:5], goal[:5], True))
+
+
+def test_random_eps_is_per_row():
+    agent = make_agent("ddpg", OBS, GOAL, ACT, noise_std=0.0, random_eps=0.3, seed=0, **SMALL)
+    obs, goal = np.zeros((2000, OBS)), np.zeros((2000, GOAL))
+    det = agent.act(obs, goal, deterministic=True)
+    replaced = np.any(agent.act(obs, goal) != det, axis=1)
+    assert replaced.mean() == pytest.approx(0.3, abs=0.05)

@@ -1,0 +1,361 @@
+"""Tests for envs/: goal env construction, validation, determinism, rendering and vector autoreset."""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from envs import (
+    FETCH_TASKS,
+    ThresholdReward,
+    goal_env_spec,
+    make_env,
+    make_vector_env,
+    split_autoreset,
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Tiny custom goal envs (registered under test-only ids)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _PointGoalEnv(gym.Env):
+    """A 2-D point that moves by its action; success within 0.1 of the goal. Vectorized reward."""
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        box = gym.spaces.Box(-10.0, 10.0, (2,), np.float64)
+        self.observation_space = gym.spaces.Dict(
+            {"observation": box, "achieved_goal": box, "desired_goal": box}
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.pos = np.zeros(2)
+        self.goal = np.zeros(2)
+
+    def _obs(self):
+        return {
+            "observation": self.pos.copy(),
+            "achieved_goal": self.pos.copy(),
+            "desired_goal": self.goal.copy(),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = np.zeros(2)
+        self.goal = self.np_random.uniform(-1, 1, 2)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.pos = self.pos + np.asarray(action, dtype=np.float64)
+        obs = self._obs()
+        info = {"is_success": float(self._is_success(obs["achieved_goal"], self.goal)), **self._extra_info()}
+        return obs, float(self.compute_reward(obs["achieved_goal"], self.goal, info)), False, False, info
+
+    def _extra_info(self):
+        return {}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -(np.linalg.norm(achieved_goal - desired_goal, axis=-1) > 0.1).astype(np.float64)
+
+    def _is_success(self, achieved_goal, desired_goal):
+        return np.linalg.norm(achieved_goal - desired_goal, axis=-1) < 0.1
+
+
+class _ScalarRewardGoalEnv(_PointGoalEnv):
+    """compute_reward only handles one goal: float() of a batch raises."""
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -float(np.sqrt(np.sum((achieved_goal - desired_goal) ** 2)) > 0.1)
+
+
+class _FlattenedRewardGoalEnv(_PointGoalEnv):
+    """compute_reward silently returns one scalar for a whole batch (norm over all axes)."""
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -np.float64(np.linalg.norm(achieved_goal - desired_goal) > 0.1)
+
+
+for _name, _cls in [
+    ("TestPointGoal-v0", _PointGoalEnv),
+    ("TestScalarRewardGoal-v0", _ScalarRewardGoalEnv),
+    ("TestFlattenedRewardGoal-v0", _FlattenedRewardGoalEnv),
+]:
+    if _name not in gym.registry:
+        gym.register(id=_name, entry_point=_cls, max_episode_steps=5)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Case R5: vectorized reward and its set-up check
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_fetch_compute_reward_is_vectorized_float32():
+    spec = goal_env_spec("FetchReach-v4")
+    assert spec.info_keys == ()
+    assert (spec.observation_dim, spec.goal_dim, spec.action_dim, spec.max_episode_steps) == (10, 3, 4, 50)
+    rng = np.random.default_rng(0)
+    ag = rng.normal(1.3, 0.05, (7, 3))
+    dg = ag.copy()
+    dg[:3] += 0.2  # far: -1
+    dg[3:] += 0.01  # near: 0
+    reward = spec.compute_reward(ag, dg, None)
+    assert reward.shape == (7,) and reward.dtype == np.float32
+    assert set(np.unique(reward)) <= {-1.0, 0.0}
+    np.testing.assert_array_equal(reward, [-1, -1, -1, 0, 0, 0, 0])
+    success = spec.compute_success(ag, dg)
+    assert success.shape == (7,) and success.dtype == bool
+    np.testing.assert_array_equal(success, reward == 0)
+
+
+@pytest.mark.parametrize("env_id", ["FetchPush-v4", "FetchReachDense-v4"])
+def test_fetch_reward_matches_env(env_id):
+    env = make_env(env_id)
+    spec = goal_env_spec(env_id)
+    rng = np.random.default_rng(1)
+    ag, dg = rng.normal(1.3, 0.05, (2, 64, 3))
+    np.testing.assert_allclose(
+        spec.compute_reward(ag, dg, None), env.unwrapped.compute_reward(ag, dg, None), 1e-6
+    )
+    np.testing.assert_array_equal(spec.compute_success(ag, dg), env.unwrapped._is_success(ag, dg) == 1.0)
+    assert isinstance(spec.compute_reward, ThresholdReward)
+    env.close()
+
+
+def test_other_goal_env_spec():
+    spec = goal_env_spec("TestPointGoal-v0")
+    ag, dg = np.zeros((7, 2)), np.full((7, 2), 0.05)
+    dg[0] = 1.0
+    np.testing.assert_array_equal(spec.compute_reward(ag, dg, None), [-1, 0, 0, 0, 0, 0, 0])
+    assert spec.compute_reward(ag, dg, None).dtype == np.float32
+    np.testing.assert_array_equal(spec.compute_success(ag, dg), [False] + [True] * 6)
+
+
+@pytest.mark.parametrize("env_id", ["TestScalarRewardGoal-v0", "TestFlattenedRewardGoal-v0"])
+def test_non_vectorized_reward_is_refused(env_id):
+    for build in (make_env, goal_env_spec, lambda e: make_vector_env(e, 2)):
+        with pytest.raises(TypeError, match=r"compute_reward is not vectorized.*\(7, 2\)") as err:
+            build(env_id)
+        assert "(7,)" in str(err.value) or "[B, G]" in str(err.value)
+    with pytest.raises(TypeError, match="returned a scalar"):
+        make_env("TestFlattenedRewardGoal-v0")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad inputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_unknown_env_id_lists_fetch_ids():
+    with pytest.raises(ValueError, match="Unknown env id 'FetchRech-v4'") as err:
+        make_env("FetchRech-v4")
+    assert "Did you mean" in str(err.value) and "FetchReach-v4" in str(err.value)
+    for task in FETCH_TASKS:
+        assert task in str(err.value)
+    with pytest.raises(ValueError, match="Unknown env id"):
+        make_vector_env("NoSuchEnv-v0", 2)
+
+
+def test_non_goal_env_is_refused():
+    with pytest.raises(
+        TypeError, match=r"CartPole-v1 is not a goal env: expected .*Dict.*desired_goal.*got Box"
+    ):
+        make_env("CartPole-v1")
+    with pytest.raises(TypeError, match="is not a goal env"):
+        goal_env_spec("CartPole-v1")
+
+
+def test_bad_vector_arguments():
+    with pytest.raises(ValueError, match=r"vectorization must be one of \['async', 'sync'\], got 'threads'"):
+        make_vector_env("FetchReach-v4", 2, vectorization="threads")
+    with pytest.raises(ValueError, match="n_envs must be >= 1, got 0"):
+        make_vector_env("FetchReach-v4", 0)
+    with pytest.raises(TypeError, match="n_envs must be an int"):
+        make_vector_env("FetchReach-v4", 2.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Case E1: determinism under a seed
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", FETCH_TASKS)
+def test_reset_seed_is_deterministic(env_id):
+    env = make_env(env_id, seed=0)
+    fixed = np.array([0.5, -0.3, 0.2, 0.1], dtype=np.float32)
+    env.reset(seed=42)
+    first, *_ = env.step(fixed)
+    for _ in range(10):
+        env.step(env.action_space.sample())
+    env.reset(seed=42)
+    again, *_ = env.step(fixed)
+    for key in first:
+        np.testing.assert_array_equal(first[key], again[key], err_msg=key)
+    env.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Case E2: headless rendering (each GL backend in its own process: MuJoCo picks it at import)
+# ---------------------------------------------------------------------------------------------------------
+
+_RENDER_SCRIPT = textwrap.dedent(
+    """
+    import envs
+    env = envs.make_env("FetchReach-v4", seed=0, render_mode="rgb_array")
+    env.reset(seed=0)
+    frame = env.render()
+    print("FRAME", frame.shape, frame.dtype, int(frame.max()))
+    env.close()
+    """
+)
+
+
+@pytest.mark.parametrize("backend, library", [("egl", "EGL"), ("osmesa", "OSMesa")])
+def test_headless_render(backend, library):
+    if ctypes.util.find_library(library) is None:
+        pytest.skip(
+            f"MUJOCO_GL={backend} needs lib{library}, not found (apt-get install libegl-mesa0 libosmesa6)"
+        )
+    env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RENDER_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FRAME (480, 480, 3) uint8" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) > 0  # not a black frame
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dependency pin
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def test_mujoco_version_satisfies_pin():
+    installed = importlib.metadata.version("mujoco")
+    try:
+        from packaging.specifiers import SpecifierSet
+    except ImportError:
+        assert (3, 3) <= _version_tuple(installed) < (3, 12), installed
+    else:
+        assert installed in SpecifierSet(">=3.3,<3.12"), f"mujoco {installed} is outside >=3.3,<3.12"
+    assert (3, 3) <= _version_tuple(installed) < (3, 12), installed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Vector envs: SAME_STEP autoreset
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_sync_vector_autoreset_final_obs():
+    venv = make_vector_env("FetchReach-v4", 2, vectorization="sync", seed=3)
+    obs, _ = venv.reset(seed=3)
+    ends = 0
+    for t in range(1, 56):
+        prev = obs
+        next_obs, _, terminated, truncated, infos = venv.step(venv.action_space.sample())
+        step = split_autoreset(next_obs, terminated, truncated, infos)
+        np.testing.assert_array_equal(step.done, terminated | truncated)
+        assert step.is_success.shape == (2,) and step.is_success.dtype == bool
+        # The desired goal stays fixed within an episode: real next obs always shares prev's goal.
+        np.testing.assert_array_equal(step.real_next_obs["desired_goal"], prev["desired_goal"])
+        if t == 50:
+            assert truncated.all() and not terminated.any()
+            assert infos["_final_obs"].tolist() == [True, True]
+            for i in range(2):
+                for key in next_obs:
+                    np.testing.assert_array_equal(step.real_next_obs[key][i], infos["final_obs"][i][key])
+                assert not np.array_equal(step.real_next_obs["desired_goal"][i], next_obs["desired_goal"][i])
+                assert not np.array_equal(step.real_next_obs["observation"][i], next_obs["observation"][i])
+            # success of the ended step comes from final_info (the top-level info is the reset info)
+            expected = infos["final_info"]["is_success"].astype(bool)
+            np.testing.assert_array_equal(step.is_success, expected)
+            ends += 1
+        else:
+            assert not step.done.any() and "final_obs" not in infos
+            for key in next_obs:
+                np.testing.assert_array_equal(step.real_next_obs[key], next_obs[key])
+        obs = next_obs
+    assert ends == 1
+    venv.close()
+
+
+def test_async_vector_env_steps():
+    venv = make_vector_env("FetchReach-v4", 2, vectorization="async", seed=0)
+    assert isinstance(venv, gym.vector.AsyncVectorEnv)
+    obs, _ = venv.reset(seed=0)
+    assert obs["observation"].shape == (2, 10)
+    next_obs, reward, terminated, truncated, infos = venv.step(venv.action_space.sample())
+    step = split_autoreset(next_obs, terminated, truncated, infos)
+    assert step.real_next_obs["achieved_goal"].shape == (2, 3) and reward.shape == (2,)
+    venv.close()
+
+
+def test_split_autoreset_uneven_endings():
+    """Envs ending at different steps: only the ended env takes final_obs; success from final_info."""
+    fns = [functools.partial(gym.make, "TestPointGoal-v0", max_episode_steps=n) for n in (2, 3)]
+    venv = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs, _ = venv.reset(seed=0)
+    toward = (obs["desired_goal"] - obs["achieved_goal"]).astype(np.float32)  # reach the goal in 1 step
+    venv.step(toward)
+    next_obs, _, terminated, truncated, infos = venv.step(np.zeros((2, 2), np.float32))
+    assert truncated.tolist() == [True, False]
+    assert infos["final_obs"][1] is None and infos["_final_obs"].tolist() == [True, False]
+    assert infos["_is_success"].tolist() == [False, True]  # env 0's top-level info is its reset info
+    step = split_autoreset(next_obs, terminated, truncated, infos)
+    np.testing.assert_allclose(step.real_next_obs["achieved_goal"][0], obs["desired_goal"][0], atol=1e-6)
+    np.testing.assert_array_equal(step.real_next_obs["achieved_goal"][1], next_obs["achieved_goal"][1])
+    np.testing.assert_array_equal(next_obs["achieved_goal"][0], [0, 0])  # reset obs
+    assert step.is_success.tolist() == [True, True]
+    venv.close()
+
+
+def test_split_autoreset_needs_same_step_mode():
+    venv = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("TestPointGoal-v0", max_episode_steps=1)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    venv.reset(seed=0)
+    next_obs, _, terminated, truncated, infos = venv.step(np.zeros((1, 2), np.float32))
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        split_autoreset(next_obs, terminated, truncated, infos)
+    venv.close()
+
+
+class _InfoRewardGoalEnv(_PointGoalEnv):
+    """A vectorized reward that reads info["scale"] (a dict of [B] arrays in batches)."""
+
+    def _extra_info(self):
+        return {"scale": 2.0}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -info["scale"] * np.linalg.norm(achieved_goal - desired_goal, axis=-1)
+
+
+def test_reward_reading_info_lists_its_keys():
+    if "TestInfoRewardGoal-v0" not in gym.registry:
+        gym.register(id="TestInfoRewardGoal-v0", entry_point=_InfoRewardGoalEnv, max_episode_steps=5)
+    spec = goal_env_spec("TestInfoRewardGoal-v0")
+    assert spec.info_keys == ("scale",)
+    reward = spec.compute_reward(np.zeros((3, 2)), np.ones((3, 2)), {"scale": np.full(3, 0.5)})
+    np.testing.assert_allclose(reward, -0.5 * np.sqrt(2), rtol=1e-6)
