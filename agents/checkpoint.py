@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["save_checkpoint", "load_checkpoint"]
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-__all__ = ["train_main", "eval_main"]
+__all__ = ["eval_main", "train_main"]
 
 DEFAULT_CONFIG = "fetch_push_ddpg"
 

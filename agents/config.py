@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-__all__ = ["Config", "load_config", "config_dir", "resolve_config_path"]
+__all__ = ["Config", "config_dir", "load_config", "resolve_config_path"]
 
 
 @dataclass
@@ -46,7 +46,7 @@ class ReplayConfig:
     """Initial importance-sampling exponent, annealed linearly to 1 over the run's updates."""
     eps: float = 1e-6
     """Added to |TD error| so no priority is 0."""
-    td_error_clip: Optional[float] = None
+    td_error_clip: float | None = None
     """Upper clip of |TD error| before the priority (None = no clip)."""
     rank_based: bool = False
     """Rank-based instead of proportional prioritization."""
@@ -87,15 +87,15 @@ class WandbConfig:
     mode: str = "auto"
     """auto | online | offline | disabled. auto: WANDB_MODE if set, online with an API key, else offline."""
     project: str = "her-robotics"
-    entity: Optional[str] = None
+    entity: str | None = None
     tags: list[str] = field(default_factory=list)
-    group: Optional[str] = None
-    name: Optional[str] = None
+    group: str | None = None
+    name: str | None = None
 
 
 @dataclass
 class LogConfig:
-    run_dir: Optional[str] = None
+    run_dir: str | None = None
     """Run directory (metrics.csv, checkpoint.pt, wandb/); default runs/<env>-<algo>-s<seed>-<time>."""
     progress: bool = True
     """tqdm progress bar."""
@@ -186,7 +186,16 @@ def _read_yaml(path: Path) -> list[DictConfig]:
 
 
 def _check_values(cfg: DictConfig) -> None:
+    from agents.registry import AGENTS
+    from her import STRATEGIES
+
+    k = cfg.replay.n_sampled_goal
     checks = [
+        (cfg.algo in AGENTS, f"algo must be one of {sorted(AGENTS)}", cfg.algo),
+        (cfg.replay.strategy in STRATEGIES, f"replay.strategy must be one of {STRATEGIES}", cfg.replay.strategy),
+        (k >= 0, "replay.n_sampled_goal (k) must be an integer >= 0", k),
+        (cfg.replay.n_step >= 1, "replay.n_step must be >= 1", cfg.replay.n_step),
+        (cfg.replay.capacity >= 1, "replay.capacity must be >= 1", cfg.replay.capacity),
         (cfg.env.n_envs >= 1, "env.n_envs must be >= 1", cfg.env.n_envs),
         (cfg.env.vectorization in ("sync", "async"), "env.vectorization must be sync or async", cfg.env.vectorization),
         (cfg.train.total_env_steps >= 1, "train.total_env_steps must be >= 1", cfg.train.total_env_steps),

@@ -79,13 +79,20 @@ class RunLogger:
                 f"train success {row['train/success_rate']:.3f} | updates {row['updates']} | "
                 f"{row['env_steps_per_s']:.0f} steps/s | {row['wall_time']:.0f} s")
         tqdm.write(line)
-        if self._fields is None:
-            self._fields = list(row)
+        clean = {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        if self._fields is None or not set(row) <= set(self._fields):
+            # New columns (losses appear after the first updates): rewrite the file with the wider header.
+            old_rows = []
+            if self.csv_path.exists():
+                with open(self.csv_path, newline="") as f:
+                    old_rows = list(csv.DictReader(f))
+            self._fields = list(self._fields or []) + [k for k in row if k not in (self._fields or [])]
             with open(self.csv_path, "w", newline="") as f:
-                csv.writer(f).writerow(self._fields)
+                w = csv.DictWriter(f, self._fields)
+                w.writeheader()
+                w.writerows(old_rows)
         with open(self.csv_path, "a", newline="") as f:
-            csv.DictWriter(f, self._fields, extrasaction="ignore").writerow(
-                {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+            csv.DictWriter(f, self._fields, extrasaction="ignore").writerow(clean)
         if self.run is not None:
             self.run.log(row)
 

@@ -6,7 +6,6 @@ every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) a
 
 from __future__ import annotations
 
-import csv
 import os
 import random
 import time
@@ -24,7 +23,7 @@ from agents.logger import RunLogger
 from agents.registry import make_agent
 from envs import goal_env_spec, make_vector_env, split_autoreset
 
-__all__ = ["train", "evaluate", "build_replay", "TrainResult"]
+__all__ = ["TrainResult", "build_replay", "evaluate", "train"]
 
 
 @dataclass
@@ -111,6 +110,7 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
     run_dir = Path(resume) if resume else Path(cfg.log.run_dir) if cfg.log.run_dir else _default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
+    agent_kwargs.setdefault("seed", t_cfg.seed)  # exploration noise
     agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
                        device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
     replay = build_replay(cfg, spec, total_updates)

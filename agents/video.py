@@ -27,7 +27,7 @@ def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0)
         env = make_env(env_id, seed=seed, render_mode="rgb_array")
         obs, _ = env.reset(seed=seed)
         frames = [env.render()]
-    except Exception as exc:  # noqa: BLE001 - GL failures come in many types
+    except Exception as exc:
         raise RuntimeError(
             f"cannot render {env_id} with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}. Install Debian's "
             "libegl1 libegl-mesa0 libgl1-mesa-dri (MUJOCO_GL=egl) or libosmesa6 (MUJOCO_GL=osmesa)"

@@ -27,7 +27,18 @@ from .storage import EpisodeStorage, storage_from_env
 from .trees import MaxTree, MinTree, SegmentTree, SumTree
 
 __all__ = [
-    "Batch", "EpisodeStorage", "GoalRelabeler", "HerReplayBuffer", "MaxTree", "MinTree", "PrioritizedSampler",
-    "STRATEGIES", "SegmentTree", "SumTree", "UniformSampler", "check_compute_reward", "storage_from_env",
+    "STRATEGIES",
+    "Batch",
+    "EpisodeStorage",
+    "GoalRelabeler",
+    "HerReplayBuffer",
+    "MaxTree",
+    "MinTree",
+    "PrioritizedSampler",
+    "SegmentTree",
+    "SumTree",
+    "UniformSampler",
+    "check_compute_reward",
+    "storage_from_env",
 ]
 __version__ = "0.1.0"

@@ -6,8 +6,9 @@ of sampler, relabel strategy and n works; goal-free storages skip the relabeling
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], 
     g = np.zeros((7, *goal_shape), np.float32)
     try:
         r = np.asarray(compute_reward(g, g + 1.0, info))
-    except Exception as exc:  # noqa: BLE001 - re-raised with the contract
+    except Exception as exc:
         raise ValueError(
             "compute_reward must be vectorized: compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) "
             f"-> [N]; calling it with 7 goals of shape {goal_shape} failed: {exc!r}"

@@ -17,7 +17,7 @@ import numpy as np
 
 from .storage import EpisodeStorage
 
-__all__ = ["GoalRelabeler", "STRATEGIES"]
+__all__ = ["STRATEGIES", "GoalRelabeler"]
 
 STRATEGIES = ("future", "final", "episode")
 

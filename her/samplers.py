@@ -12,7 +12,7 @@ import numpy as np
 from .storage import EpisodeStorage
 from .trees import MinTree, SumTree
 
-__all__ = ["UniformSampler", "PrioritizedSampler"]
+__all__ = ["PrioritizedSampler", "UniformSampler"]
 
 
 class UniformSampler:

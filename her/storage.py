@@ -14,8 +14,9 @@ episodes are dropped.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,6 +37,7 @@ class _Stage:
 
     length: int = 0  # transitions staged so far
     started: bool = False  # s_0 staged
+    too_long: bool = False  # passed the capacity: refused, its remaining steps are dropped until it ends
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -61,8 +63,9 @@ class EpisodeStorage:
     Raises:
         ValueError: non-positive capacity, max_episode_steps or n_envs.
 
-    Episodes longer than ``capacity`` transitions are refused with a ValueError when they end (at ``add``
-    the staging stops them as soon as they pass ``capacity``).
+    Episodes longer than ``capacity`` transitions are refused with a ValueError (``add_episode``: at once;
+    ``add``: as soon as the staged episode passes ``capacity``, once; its remaining steps are then dropped up to
+    its end, and the other envs' steps are kept).
     """
 
     def __init__(
@@ -348,27 +351,42 @@ class EpisodeStorage:
             nag, ndg = next_observation["achieved_goal"], next_observation["desired_goal"]
         else:
             obs, nobs = observation, next_observation
-        action = np.asarray(action, np.float32).reshape(n, *self.action_shape) if self.validate else action
-        done = np.logical_or(terminated, truncated)
         if self.validate:
             self._check("observation", np.asarray(obs), (n, *self.observation_shape))
             self._check("next_observation", np.asarray(nobs), (n, *self.observation_shape))
             if self.has_goals:
-                for nm, a in (("achieved_goal", ag), ("desired_goal", dg), ("next achieved_goal", nag)):
+                for nm, a in (("achieved_goal", ag), ("desired_goal", dg), ("next achieved_goal", nag),
+                              ("next desired_goal", ndg)):
                     self._check(nm, np.asarray(a), (n, *self.goal_shape))
+            self._check("action", np.asarray(action), (n, *self.action_shape))
             self._check("reward", np.asarray(reward), (n,))
             self._check("terminated", np.asarray(terminated), (n,))
             self._check("truncated", np.asarray(truncated), (n,))
             missing = set(self.info_shapes) - set(info or {})
             if missing:
                 raise ValueError(f"info is missing keys {sorted(missing)} (expected {sorted(self.info_shapes)})")
-        stored = []
+            for k, shp in self.info_shapes.items():
+                self._check("info." + k, np.asarray(info[k]), (n, *shp))
+        done = np.logical_or(terminated, truncated)
+        # One env's refused episode (too long, NaN) must not cost the other envs their step: stage every env's
+        # step, commit the ended episodes, and raise the first error at the end.
+        error: ValueError | None = None
         for e in range(n):
             st = self._stages[e]
             meta = st["meta"]
             t = meta.length
+            if meta.too_long:  # drop the rest of a refused episode, up to its end
+                if done[e]:
+                    st["meta"] = _Stage()
+                continue
             if t >= st["reward"].shape[0]:
-                self._grow_stage(e)
+                try:
+                    self._grow_stage(e)
+                except ValueError as exc:
+                    meta.too_long, error = True, error or exc
+                    if done[e]:
+                        st["meta"] = _Stage()
+                    continue
                 st = self._stages[e]
             if not meta.started:
                 st["observation"][0] = obs[e]
@@ -385,8 +403,16 @@ class EpisodeStorage:
             for k in self.info_shapes:
                 st["info." + k][t] = info[k][e]
             meta.length = t + 1
-            if done[e]:
-                stored.append(self._commit(e, bool(terminated[e])))
+        stored = []
+        for e in np.flatnonzero(done):
+            if self._stages[e]["meta"].length == 0:  # a refused too-long episode ended here
+                continue
+            try:
+                stored.append(self._commit(int(e), bool(terminated[e])))
+            except ValueError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
         return stored
 
     def _commit(self, env: int, terminated: bool) -> tuple[int, int]:
@@ -428,6 +454,10 @@ class EpisodeStorage:
         head, live, n_tr, n_added, n_slots = (int(x) for x in state["scalars"])
         if n_slots != self.n_slots:
             raise ValueError(f"saved storage has {n_slots} slots, this one {self.n_slots}: use the same capacity")
+        extra = sorted(k[len("field."):] for k in state if k.startswith("field.") and k[len("field."):] not in
+                       self.dtype.names)
+        if extra:
+            raise ValueError(f"saved fields {extra} are not in this storage (another storage layout)")
         for k in self.dtype.names:
             saved = state.get("field." + k)
             if saved is None or saved.shape != self.data[k].shape:

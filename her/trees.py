@@ -11,9 +11,11 @@ internal node always equals the reduction of its children and the sums cannot dr
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
-__all__ = ["SegmentTree", "SumTree", "MinTree", "MaxTree"]
+__all__ = ["MaxTree", "MinTree", "SegmentTree", "SumTree"]
 
 
 class SegmentTree:
@@ -28,7 +30,7 @@ class SegmentTree:
         ValueError: capacity < 1, branching < 2 or an unknown reduce.
     """
 
-    _OPS = {"sum": (np.sum, 0.0), "min": (np.min, np.inf), "max": (np.max, -np.inf)}
+    _OPS: ClassVar[dict] = {"sum": (np.sum, 0.0), "min": (np.min, np.inf), "max": (np.max, -np.inf)}
 
     def __init__(self, capacity: int, reduce: str = "sum", branching: int = 32) -> None:
         if int(capacity) < 1:

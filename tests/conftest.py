@@ -93,63 +93,56 @@ def make_tag_storage(capacity: int, n_envs: int = 1, max_episode_steps: int = 50
                               n_envs=n_envs, info_shapes=INFO_SHAPES if info else None, **kw)
 
 
-def run_tag_envs(storage: her.EpisodeStorage, schedules: list[list[tuple[int, bool]]], n_steps: int,
-                 run: TagRun | None = None) -> TagRun:
-    """Step ``storage.n_envs`` tag envs ``n_steps`` times through ``storage.add``.
+class TagEnvs:
+    """``storage.n_envs`` tag envs stepped together through ``storage.add``.
 
     ``schedules[env]`` is a list of (length, terminated) cycled through for that env's episodes.
     """
-    n = storage.n_envs
-    run = run or TagRun()
-    next_id = max(run.episodes, default=-1) + 1
-    cursor = [0] * n
-    state = []  # per env: (episode, step)
-    for env in range(n):
-        if env in run.in_progress:
-            ep = run.episodes[run.in_progress[env]]
-            state.append([ep, storage.in_progress_lengths()[env]])
-            continue
-        ln, term = schedules[env][0]
-        cursor[env] = 1
-        ep = TagEpisode(next_id, env, ln, term)
-        run.episodes[next_id] = ep
-        next_id += 1
-        state.append([ep, 0])
-    use_info = bool(storage.info_shapes)
-    for _ in range(n_steps):
-        eps = [s[0] for s in state]
-        ks = [s[1] for s in state]
-        obs = {"observation": np.stack([ep.obs(k) for ep, k in zip(eps, ks)]),
-               "achieved_goal": np.stack([ep.ag(k) for ep, k in zip(eps, ks)]),
-               "desired_goal": np.stack([DESIRED] * n)}
-        nobs = {"observation": np.stack([ep.obs(k + 1) for ep, k in zip(eps, ks)]),
-                "achieved_goal": np.stack([ep.ag(k + 1) for ep, k in zip(eps, ks)]),
-                "desired_goal": np.stack([DESIRED] * n)}
-        action = np.array([[ep.id, k] for ep, k in zip(eps, ks)], np.float32)
-        reward = np.array([ep.env_reward(k) if use_info else
-                           float(tag_reward(ep.ag(k + 1)[None], DESIRED[None])[0]) for ep, k in zip(eps, ks)],
-                          np.float32)
-        last = np.array([k + 1 == ep.length for ep, k in zip(eps, ks)])
-        terminated = last & np.array([ep.terminated for ep in eps])
-        truncated = last & ~terminated
-        info = {"w": np.array([[ep.info(k)] for ep, k in zip(eps, ks)], np.float32)} if use_info else None
-        storage.add(obs, action, reward, nobs, terminated, truncated, info)
-        for env in range(n):
-            state[env][1] += 1
-            if last[env]:
-                run.completed.append(eps[env].id)
-                sched = schedules[env]
-                ln, term = sched[cursor[env] % len(sched)]
-                cursor[env] += 1
-                ep = TagEpisode(next_id, env, ln, term)
-                run.episodes[next_id] = ep
-                next_id += 1
-                state[env] = [ep, 0]
-    run.in_progress = {env: state[env][0].id for env in range(n) if state[env][1] > 0}
-    for env in range(n):  # not started episodes are forgotten
-        if state[env][1] == 0:
-            del run.episodes[state[env][0].id]
-    return run
+
+    def __init__(self, storage: her.EpisodeStorage, schedules: list[list[tuple[int, bool]]],
+                 run: TagRun | None = None) -> None:
+        self.storage, self.schedules = storage, schedules
+        self.run = run or TagRun()
+        self.cursor = [0] * storage.n_envs
+        self.state = [self._new_episode(env) for env in range(storage.n_envs)]  # [episode, step]
+
+    def _new_episode(self, env: int) -> list:
+        sched = self.schedules[env]
+        ln, term = sched[self.cursor[env] % len(sched)]
+        self.cursor[env] += 1
+        eid = max(self.run.episodes, default=-1) + 1
+        ep = TagEpisode(eid, env, ln, term)
+        self.run.episodes[eid] = ep
+        return [ep, 0]
+
+    def step(self, n_steps: int = 1) -> TagRun:
+        storage, n, run = self.storage, self.storage.n_envs, self.run
+        use_info = bool(storage.info_shapes)
+        for _ in range(n_steps):
+            eps = [s[0] for s in self.state]
+            ks = [s[1] for s in self.state]
+            obs = {"observation": np.stack([ep.obs(k) for ep, k in zip(eps, ks)]),
+                   "achieved_goal": np.stack([ep.ag(k) for ep, k in zip(eps, ks)]),
+                   "desired_goal": np.stack([DESIRED] * n)}
+            nobs = {"observation": np.stack([ep.obs(k + 1) for ep, k in zip(eps, ks)]),
+                    "achieved_goal": np.stack([ep.ag(k + 1) for ep, k in zip(eps, ks)]),
+                    "desired_goal": np.stack([DESIRED] * n)}
+            action = np.array([[ep.id, k] for ep, k in zip(eps, ks)], np.float32)
+            reward = np.array([ep.env_reward(k) if use_info else
+                               float(tag_reward(ep.ag(k + 1)[None], DESIRED[None])[0])
+                               for ep, k in zip(eps, ks)], np.float32)
+            last = np.array([k + 1 == ep.length for ep, k in zip(eps, ks)])
+            terminated = last & np.array([ep.terminated for ep in eps])
+            truncated = last & ~terminated
+            info = {"w": np.array([[ep.info(k)] for ep, k in zip(eps, ks)], np.float32)} if use_info else None
+            storage.add(obs, action, reward, nobs, terminated, truncated, info)
+            for env in range(n):
+                self.state[env][1] += 1
+                if last[env]:
+                    run.completed.append(eps[env].id)
+                    self.state[env] = self._new_episode(env)
+        run.in_progress = {env: s[0].id for env, s in enumerate(self.state) if s[1] > 0}
+        return run
 
 
 def add_tag_episode(storage: her.EpisodeStorage, run: TagRun, length: int, terminated: bool = False) -> TagEpisode:

@@ -25,6 +25,15 @@ SMALL = {"hidden": (32, 32), "device": "cpu"}
 ALGOS = ["ddpg", "td3", "sac"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Small nets: one thread is fastest and avoids oversubscription when other jobs share the CPU."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def make_batch(batch_size: int = 32, seed: int = 0, terminated: bool = False) -> SimpleNamespace:
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(batch_size, OBS)).astype(np.float32)
@@ -312,6 +321,27 @@ def test_state_dict_round_trip(algo):
     assert results[0]["critic_loss"] == results[1]["critic_loss"]
     for p, q in zip(agent.critic.parameters(), clone.critic.parameters()):
         assert torch.equal(p, q)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("algo", ALGOS)
+def test_cuda_update_act_and_checkpoint(algo):
+    agent = make_agent(algo, OBS, GOAL, ACT, hidden=(32, 32), device="cuda")
+    batch = make_batch(16)
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    metrics = agent.update(batch)
+    assert metrics["td_error"].shape == (16,) and np.isfinite(metrics["critic_loss"])
+    as_cuda = SimpleNamespace(**{k: torch.as_tensor(v, device="cuda") for k, v in vars(batch).items()})
+    agent.update(as_cuda)
+    actions = agent.act(batch.observation, batch.desired_goal)
+    assert actions.shape == (16, ACT) and np.abs(actions).max() <= 1.0
+    cpu_clone = make_agent(algo, OBS, GOAL, ACT, hidden=(32, 32), device="cpu")
+    cpu_clone.load_state_dict(agent.state_dict())
+    np.testing.assert_allclose(
+        cpu_clone.act(batch.observation, batch.desired_goal, deterministic=True),
+        agent.act(batch.observation, batch.desired_goal, deterministic=True),
+        atol=1e-4,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- factory

@@ -1,0 +1,113 @@
+"""``her-plot``: learning curves from run directories (their ``metrics.csv``), mean and spread over seeds.
+
+    her-plot runs/push-s0 runs/push-s1 runs/push-s2 --label "DDPG" --out push.png
+    her-plot runs/a-s* --label A  runs/b-s* --label B --out compare.png
+
+Runs given before a ``--label`` form one curve (their seeds); each curve is drawn as the mean over its runs
+with a band from the min to the max, against env steps and against wall time, into one PNG with two panels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "plot_curves", "read_metrics"]
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
+    """Columns of ``<run_dir>/metrics.csv`` (or a CSV path) as float arrays (empty cells are NaN).
+
+    Raises:
+        FileNotFoundError: no metrics.csv there.
+    """
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / "metrics.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics.csv at {path}")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows])
+            for k in (rows[0] if rows else {})}
+
+
+def _aggregate(runs: list[dict[str, np.ndarray]], x_key: str, y_key: str) -> tuple[np.ndarray, ...]:
+    """Mean, min and max of y over runs on a common x grid (linear interpolation, within every run's range)."""
+    xs = [r[x_key] for r in runs]
+    hi = min(x.max() for x in xs)
+    grid = np.unique(np.concatenate([x[x <= hi] for x in xs]))
+    ys = np.stack([np.interp(grid, r[x_key], r[y_key]) for r in runs])
+    return grid, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: str = "eval/success_rate",
+                title: str | None = None) -> Path:
+    """Draw ``metric`` against env steps and wall time (minutes) for each labelled group of runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for label, dirs in groups.items():
+        runs = [read_metrics(d) for d in dirs]
+        for ax, x_key, scale in ((axes[0], "env_steps", 1e-3), (axes[1], "wall_time", 1 / 60)):
+            grid, mean, lo, hi = _aggregate(runs, x_key, metric)
+            line, = ax.plot(grid * scale, mean, label=f"{label} (n={len(runs)})")
+            if len(runs) > 1:
+                ax.fill_between(grid * scale, lo, hi, alpha=0.2, color=line.get_color())
+    axes[0].set_xlabel("env steps (thousands)")
+    axes[1].set_xlabel("wall time (minutes)")
+    axes[0].set_ylabel(metric)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="her-plot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("items", nargs="+", help="run directories, each group followed by --label NAME")
+    parser.add_argument("--out", default="learning_curves.png", help="PNG to write")
+    parser.add_argument("--metric", default="eval/success_rate")
+    parser.add_argument("--title")
+    # --label may appear several times between run directories: split the raw argv ourselves.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    groups: dict[str, list[str]] = {}
+    pending: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--label" and i + 1 < len(argv):
+            groups[argv[i + 1]] = pending
+            pending = []
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    args = parser.parse_args(rest)
+    pending = [p for p in args.items if p not in {d for ds in groups.values() for d in ds}]
+    if pending:
+        groups[Path(pending[0]).name if len(pending) == 1 else "runs"] = pending
+    try:
+        out = plot_curves(groups, args.out, args.metric, args.title)
+    except FileNotFoundError as exc:
+        parser.error(str(exc))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

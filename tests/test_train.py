@@ -1,0 +1,207 @@
+"""The training loop, CLI, logging and checkpoints, on real Fetch envs."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.checkpoint import load_checkpoint
+from agents.config import load_config
+from agents.registry import make_agent
+from agents.train import build_replay, train
+from envs import goal_env_spec, make_vector_env, split_autoreset
+
+sys.path.insert(0, str(Path(__file__).parent))
+from wandb_reader import history_rows
+
+REACH_BUDGET = 3000  # env steps; FetchReach reaches 0.9 after ~1000-2000 here
+
+
+def _cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "agents.cli", *args], capture_output=True, text=True, check=False,
+                          env=full_env, timeout=timeout)
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def reach_run(tmp_path_factory) -> Path:
+    """One FetchReach-v4 DDPG run through the CLI, W&B offline."""
+    run_dir = tmp_path_factory.mktemp("reach") / "run"
+    proc = _cli("fetch_reach_ddpg", f"train.total_env_steps={REACH_BUDGET}", "train.eval_every=1000",
+                "train.eval_episodes=20", f"log.run_dir={run_dir}", "log.progress=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def test_fetch_reach_cli_reaches_090_eval_success(reach_run):
+    rows = _csv(reach_run / "metrics.csv")
+    best = max(float(r["eval/success_rate"]) for r in rows)
+    final = float(rows[-1]["eval/success_rate"])
+    print(f"FetchReach-v4 eval success by env step: {[(r['env_steps'], r['eval/success_rate']) for r in rows]}")
+    assert int(rows[-1]["env_steps"]) == REACH_BUDGET
+    assert final >= 0.9, f"final eval success {final} (best {best}) after {REACH_BUDGET} env steps"
+
+
+def test_metrics_csv_has_every_logged_column(reach_run):
+    rows = _csv(reach_run / "metrics.csv")
+    for key in ("eval/success_rate", "train/success_rate", "env_steps", "episodes", "updates", "env_steps_per_s",
+                "train/critic_loss", "train/actor_loss", "train/q_mean", "wall_time"):
+        assert key in rows[0], key
+    assert [int(r["env_steps"]) for r in rows] == [1000, 2000, 3000]
+    assert rows[-1]["train/critic_loss"] != ""
+
+
+def test_wandb_offline_run_holds_eval_success_rate(reach_run):
+    files = glob.glob(str(reach_run / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1, files
+    logged = [r for r in history_rows(files[0]) if "eval/success_rate" in r]
+    csv_rows = _csv(reach_run / "metrics.csv")
+    assert [r["env_steps"] for r in logged] == [int(r["env_steps"]) for r in csv_rows]
+    assert [pytest.approx(r["eval/success_rate"]) for r in logged] == [float(r["eval/success_rate"]) for r in csv_rows]
+
+
+def test_her_eval_reports_checkpoint_success(reach_run):
+    proc = subprocess.run([sys.executable, "-c", ("import sys; from agents.cli import eval_main; "
+                           f"sys.exit(eval_main(['{reach_run}', '--episodes', '10']))")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rate = float(proc.stdout.split("success rate ")[1].split()[0])
+    assert rate >= 0.8, proc.stdout
+
+
+def test_checkpoint_round_trip_gives_identical_actions(reach_run):
+    state = load_checkpoint(reach_run / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == REACH_BUDGET
+    assert state["counters"]["updates"] > 0
+    spec = goal_env_spec("FetchReach-v4")
+    agents = []
+    for _ in range(2):
+        a = make_agent(state["config"]["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim,
+                       device="cpu", **state["config"]["agent"])
+        a.load_state_dict(state["agent"])
+        agents.append(a)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(16, spec.observation_dim)).astype(np.float32)
+    goal = rng.normal(size=(16, spec.goal_dim)).astype(np.float32)
+    np.testing.assert_array_equal(agents[0].act(obs, goal, deterministic=True),
+                                  agents[1].act(obs, goal, deterministic=True))
+    # Reloading the saved state reproduces the saved state exactly.
+    again = agents[0].state_dict()
+    for k, v in state["agent"].items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                if isinstance(vv, torch.Tensor):
+                    assert torch.equal(vv, again[k][kk]), (k, kk)
+
+
+def _small_cfg(tmp_path: Path, *extra: str):
+    return load_config("fetch_reach_ddpg", [
+        "train.total_env_steps=300", "train.warmup_steps=100", "train.learning_starts=100", "train.eval_every=300",
+        "train.eval_episodes=2", "env.eval_envs=2", f"log.run_dir={tmp_path}", "log.progress=false",
+        "log.wandb.mode=disabled", "replay.capacity=2000", *extra])
+
+
+def test_same_seed_runs_store_identical_buffers(tmp_path):
+    files = []
+    for i in range(2):
+        cfg = _small_cfg(tmp_path / f"run{i}", "log.save_replay=true", "train.seed=3")
+        train(cfg)
+        files.append(tmp_path / f"run{i}" / "replay.npz")
+    with np.load(files[0], allow_pickle=True) as a, np.load(files[1], allow_pickle=True) as b:
+        assert a.files == b.files
+        for k in a.files:
+            if a[k].dtype != object:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        assert int(a["storage/scalars"][2]) == 300  # all 6 episodes of 50 steps stored
+
+
+def test_fetch_never_terminates_and_sampled_done_is_zero(tmp_path):
+    cfg = _small_cfg(tmp_path)
+    spec = goal_env_spec("FetchReach-v4")
+    replay = build_replay(cfg, spec, total_updates=10)
+    env = make_vector_env("FetchReach-v4", 1, seed=0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(150):
+        a = env.action_space.sample()
+        nxt, r, term, trunc, infos = env.step(a)
+        step = split_autoreset(nxt, term, trunc, infos)
+        replay.add(obs, a, r, step.real_next_obs, term, trunc)
+        obs = nxt
+    env.close()
+    assert replay.storage.n_episodes == 3
+    b = replay.sample(4096)
+    assert not b.terminated.any()
+    assert (b.discount > 0).all()
+
+
+def test_rewards_are_computed_on_raw_goals_and_normalizer_sees_relabeled_goals(tmp_path):
+    """Observation normalization is on; the goals compute_reward receives are raw, in metres."""
+    cfg = _small_cfg(tmp_path)
+    spec = goal_env_spec("FetchReach-v4")
+    seen = []
+    env_reward = spec.compute_reward
+
+    def recording_reward(ag, dg, info):
+        seen.append((ag.copy(), dg.copy()))
+        return env_reward(ag, dg, info)
+
+    spec = spec.__class__(**{**spec.__dict__, "compute_reward": recording_reward})
+    replay = build_replay(cfg, spec, total_updates=10)
+    agent = make_agent("ddpg", spec.observation_dim, spec.goal_dim, spec.action_dim, device="cpu")
+    env = make_vector_env("FetchReach-v4", 1, seed=1)
+    obs, _ = env.reset(seed=1)
+    relabeled_goals = []
+    for _ in range(500):
+        a = np.random.default_rng(len(relabeled_goals)).uniform(-0.2, 0.2, (1, 4)).astype(np.float32)
+        nxt, r, term, trunc, infos = env.step(a)
+        step = split_autoreset(nxt, term, trunc, infos)
+        for start, T in replay.add(obs, a, r, step.real_next_obs, term, trunc):
+            b = replay.batch_from_slots((start + np.arange(T)) % replay.storage.n_slots)
+            agent.update_normalizer(b.observation, b.desired_goal)
+            relabeled_goals.append(b.desired_goal[b.relabeled])
+        obs = nxt
+    env.close()
+    seen.clear()
+    batch = replay.sample(2048)
+    agent.update(batch)
+    ag = np.concatenate([s[0] for s in seen])
+    mean, std = ag.mean(0), ag.std(0)
+    assert 1.25 <= mean[0] <= 1.45 and 0.65 <= mean[1] <= 0.9 and 0.4 <= mean[2] <= 0.75, mean
+    assert (std > 0.02).all() and (std < 0.2).all(), std
+    # The goal normalizer's statistics include the relabeled goals (achieved goals of later steps).
+    state = agent.state_dict()
+    g_norm = state["goal_normalizer"] if "goal_normalizer" in state else state["normalizers"]["goal"]
+    count = float(np.asarray(g_norm["count"]).reshape(-1)[0])
+    assert count == pytest.approx(500), count  # every transition of the 10 episodes, relabeled where drawn
+    assert sum(len(g) for g in relabeled_goals) > 300
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["train.nonsense=1"], "nonsense"),
+    (["replay.strategy=futur"], "strategy"),
+    (["replay.n_sampled_goal=-1"], "n_sampled_goal"),
+    (["env.id=FetchPsh-v4"], "FetchPush-v4"),
+    (["env.id=CartPole-v1"], "goal env"),
+    (["agent.learning_rate=0.1"], "learning_rate"),
+    (["train.gamma=1.5"], "gamma"),
+    (["notakeyvalue"], "key=value"),
+])
+def test_bad_config_gives_clear_error(tmp_path, args, expect):
+    proc = _cli("fetch_reach_ddpg", *args, "train.total_env_steps=100", f"log.run_dir={tmp_path}",
+                "log.wandb.mode=disabled", "log.progress=false", timeout=120)
+    assert proc.returncode != 0
+    assert expect in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
