@@ -436,10 +436,16 @@ class EpisodeStorage:
         return [st["meta"].length for st in self._stages]
 
     # ------------------------------------------------------------------ persistence
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, copy: bool = True) -> dict[str, Any]:
         """Everything needed to restore the stored episodes exactly (not the unfinished ones: after a load the
-        envs restart, so an in-progress episode would otherwise be glued onto the next one)."""
-        state: dict[str, Any] = {"field." + k: self.data[k] for k in self.dtype.names}
+        envs restart, so an in-progress episode would otherwise be glued onto the next one).
+
+        Args:
+            copy: return copies (a snapshot that later adds do not change); ``False`` returns views of the ring
+                (what ``save`` uses, to write without doubling the memory).
+        """
+        state: dict[str, Any] = {"field." + k: self.data[k].copy() if copy else self.data[k]
+                                 for k in self.dtype.names}
         state["episodes"] = np.asarray(list(self._episodes), np.int64).reshape(-1, 2)
         state["scalars"] = np.asarray([self._head, self._n_live_states, self.n_transitions, self.n_episodes_added,
                                        self.n_slots], np.int64)
@@ -480,7 +486,7 @@ class EpisodeStorage:
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, **self.state_dict())
+                np.savez_compressed(f, **self.state_dict(copy=False))
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

@@ -413,3 +413,20 @@ def test_storage_from_env_reads_spaces_without_gymnasium():
     Env.observation_space = Dict(observation=Box((5,)), achieved_goal=Box((2,)))
     with pytest.raises(ValueError, match="needs keys"):
         her.storage_from_env(Env(), 100)
+
+
+def test_state_dict_is_a_snapshot_that_later_adds_do_not_change():
+    storage = make_tag_storage(20, max_episode_steps=4)
+    run = TagRun()
+    for _ in range(3):
+        add_tag_episode(storage, run, 4)
+    snapshot = TagRun(episodes=dict(run.episodes), completed=list(run.completed))
+    state = storage.state_dict()
+    before = storage.data.tobytes()
+    for _ in range(3):  # the ring wraps: the snapshot's slots are overwritten
+        add_tag_episode(storage, run, 3)
+    storage.load_state_dict(state)
+    assert storage.data.tobytes() == before
+    live = reference_live(snapshot, storage.n_slots)
+    assert [T for _, T in storage.episodes()] == [4, 4, 4]
+    check_batch(her.HerReplayBuffer(storage, tag_reward, seed=0).sample(500), snapshot, live, strategy="future")
