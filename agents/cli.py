@@ -27,6 +27,7 @@ def train_main(argv: list[str] | None = None) -> int:
         args.config = DEFAULT_CONFIG
 
     from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
 
     from agents.config import load_config
 
@@ -35,8 +36,14 @@ def train_main(argv: list[str] | None = None) -> int:
             from agents.checkpoint import load_checkpoint
 
             saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
-            cfg = OmegaConf.merge(load_config(None), OmegaConf.create(saved["config"]),
-                                  OmegaConf.from_dotlist(args.overrides))
+            bad = [o for o in args.overrides if "=" not in o]
+            if bad:
+                raise ValueError(f"override {bad[0]!r} is not of the form key=value")
+            try:  # the run's own config, then the overrides (e.g. a larger train.total_env_steps)
+                cfg = OmegaConf.merge(load_config(None), OmegaConf.create(saved["config"]),
+                                      OmegaConf.from_dotlist(args.overrides))
+            except (ConfigKeyError, ValidationError) as exc:
+                raise ValueError(f"bad config: {str(exc).splitlines()[0]}") from None
         else:
             cfg = load_config(args.config, args.overrides)
     except (ValueError, FileNotFoundError) as exc:
@@ -46,7 +53,13 @@ def train_main(argv: list[str] | None = None) -> int:
         return 0
 
     from agents.train import train
+    from agents.video import check_gl_backend
 
+    try:
+        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
+    except RuntimeError as exc:
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 2
     try:
         result = train(cfg, resume=args.resume)
     except (ValueError, TypeError) as exc:
@@ -66,6 +79,18 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--video-episodes", type=int, default=2, help="episodes in the video (default 2)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
+        parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
+
+    from agents.video import check_gl_backend, default_headless_gl
+
+    if args.video:
+        default_headless_gl()  # before MuJoCo loads
+    try:
+        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco` itself, video or not
+    except RuntimeError as exc:
+        print(f"her-eval: error: {exc}", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -80,7 +105,11 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     cfg = state["config"]
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
-    spec = goal_env_spec(cfg["env"]["id"])
+    try:
+        spec = goal_env_spec(cfg["env"]["id"])
+    except RuntimeError as exc:  # e.g. MuJoCo's own GL set-up at import
+        print(f"her-eval: error: cannot build {cfg['env']['id']}: {exc}", file=sys.stderr)
+        return 2
     agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim,
                        device=args.device, **cfg["agent"])
     agent.load_state_dict(state["agent"])
@@ -99,7 +128,11 @@ def eval_main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             print(f"her-eval: no video: {exc}", file=sys.stderr)
             return 1
-        write_video(args.video, frames)
+        try:
+            write_video(args.video, frames)
+        except (OSError, ValueError, RuntimeError) as exc:
+            print(f"her-eval: cannot write {args.video}: {exc}", file=sys.stderr)
+            return 1
         print(f"video: {args.video} ({len(frames)} frames, {frames.shape[2]}x{frames.shape[1]}, "
               f"successes {successes})")
     return 0

@@ -109,6 +109,22 @@ class LogConfig:
 
 
 @dataclass
+class DistConfig:
+    """Multi-process training under ``torchrun`` (ignored in a plain single-process run)."""
+
+    mode: str = "data_parallel"
+    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/distributed.py``).
+    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/actor_learner.py``)."""
+    backend: str = "auto"
+    """Collective backend of data_parallel: auto (nccl with CUDA, else gloo) | gloo | nccl."""
+    weight_sync_every: int = 50
+    """actor_learner: the learner publishes actor weights + normalizers every this many updates; actors fetch
+    the newest version after each episode."""
+    timeout_s: float = 300.0
+    """Rendezvous / collective timeout in seconds (a rank that does not show up -> clear error)."""
+
+
+@dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -118,6 +134,7 @@ class Config:
     agent: dict[str, Any] = field(default_factory=dict)
     """Algorithm settings passed to the agent (see the agent's config dataclass); unknown keys are refused."""
     log: LogConfig = field(default_factory=LogConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
 
 
 def config_dir() -> Path:
@@ -209,6 +226,11 @@ def _check_values(cfg: DictConfig) -> None:
          "train.device must be auto, cpu or cuda", cfg.train.device),
         (cfg.log.wandb.mode in ("auto", "online", "offline", "disabled"),
          "log.wandb.mode must be auto, online, offline or disabled", cfg.log.wandb.mode),
+        (cfg.dist.mode in ("data_parallel", "actor_learner"), "dist.mode must be data_parallel or actor_learner",
+         cfg.dist.mode),
+        (cfg.dist.backend in ("auto", "gloo", "nccl"), "dist.backend must be auto, gloo or nccl", cfg.dist.backend),
+        (cfg.dist.weight_sync_every >= 1, "dist.weight_sync_every must be >= 1", cfg.dist.weight_sync_every),
+        (cfg.dist.timeout_s > 0, "dist.timeout_s must be > 0", cfg.dist.timeout_s),
     ]
     for ok, msg, got in checks:
         if not ok:

@@ -8,6 +8,7 @@ W&B never waits on a login or the network: mode ``auto`` picks ``online`` only w
 from __future__ import annotations
 
 import csv
+import io
 import math
 import netrc
 import os
@@ -42,14 +43,22 @@ def wandb_mode(configured: str) -> str:
 class RunLogger:
     """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.)."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, resume_id: str | None = None) -> None:
+    def __init__(self, cfg: DictConfig, run_dir: Path, resume_id: str | None = None,
+                 resume_step: int | None = None) -> None:
+        """``resume_step``: the env steps of the checkpoint a resumed run continues from. ``metrics.csv`` keeps
+        its rows up to that step and drops the later ones (logged by the killed run after its last checkpoint;
+        the resumed run logs those evaluations again), so the file has one row per evaluation, in order.
+        ``None`` (a fresh run) starts a new ``metrics.csv``. W&B cannot delete logged rows: a resumed W&B run
+        (same id, ``resume="allow"``) may show the evaluations between the checkpoint and the kill twice."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
         self._fields: list[str] | None = None
+        self._video_error: str | None = None
         if self.csv_path.exists():
-            with open(self.csv_path) as f:
-                header = f.readline().strip()
-            self._fields = header.split(",") if header else None
+            if resume_step is None:
+                self.csv_path.unlink()
+            else:
+                self._truncate_csv(resume_step)
         self.mode = wandb_mode(cfg.log.wandb.mode)
         self.run = None
         if self.mode != "disabled":
@@ -65,6 +74,30 @@ class RunLogger:
             )
             self.run.define_metric("env_steps")
             self.run.define_metric("*", step_metric="env_steps")
+
+    def _truncate_csv(self, resume_step: int) -> None:
+        with open(self.csv_path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, rows = reader.fieldnames, list(reader)
+        if not fields:
+            self.csv_path.unlink()
+            return
+        self._fields = list(fields)
+        # A row cut short by the kill has missing cells (None): drop it too.
+        keep = [r for r in rows if None not in r.values() and r.get("env_steps")
+                and int(float(r["env_steps"])) <= resume_step]
+        if len(keep) < len(rows):
+            self._write_csv(keep)
+
+    def _write_csv(self, rows: list[dict[str, Any]]) -> None:
+        """Rewrite ``metrics.csv`` (header ``self._fields``) atomically: a kill never loses the old rows."""
+        from agents.checkpoint import write_atomic
+
+        text = io.StringIO(newline="")
+        w = csv.DictWriter(text, self._fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        write_atomic(self.csv_path, lambda f: f.write(text.getvalue().encode()))
 
     @property
     def run_id(self) -> str | None:
@@ -87,30 +120,33 @@ class RunLogger:
                 with open(self.csv_path, newline="") as f:
                     old_rows = list(csv.DictReader(f))
             self._fields = list(self._fields or []) + [k for k in row if k not in (self._fields or [])]
-            with open(self.csv_path, "w", newline="") as f:
-                w = csv.DictWriter(f, self._fields)
-                w.writeheader()
-                w.writerows(old_rows)
+            self._write_csv(old_rows)
         with open(self.csv_path, "a", newline="") as f:
             csv.DictWriter(f, self._fields, extrasaction="ignore").writerow(clean)
         if self.run is not None:
             self.run.log(row)
 
     def log_video(self, agent: Any, env_id: str, step: int) -> None:
-        """Render one deterministic evaluation episode and log it to W&B; a missing GL backend only warns."""
-        if self.run is None:
+        """Render one deterministic evaluation episode to ``<run_dir>/videos/eval_<step>.mp4`` and log it to W&B.
+
+        A video must never stop training: when rendering fails (no usable ``MUJOCO_GL`` backend), one line
+        says why and later evaluations skip the video.
+        """
+        if self._video_error is not None:
             return
         try:
-            from agents.video import record_episodes
+            from agents.video import record_episodes, write_video
 
             frames, _ = record_episodes(agent, env_id, n_episodes=1)
-            import numpy as np
-            import wandb
+            path = self.run_dir / "videos" / f"eval_{step:09d}.mp4"
+            write_video(path, frames)  # a file path: wandb.Video on raw arrays would need moviepy
+            if self.run is not None:
+                import wandb
 
-            self.run.log({"eval/video": wandb.Video(np.transpose(frames, (0, 3, 1, 2)), fps=25, format="mp4"),
-                          "env_steps": step})
-        except Exception as exc:  # noqa: BLE001 - a video must never stop training
-            tqdm.write(f"video skipped: {exc}")
+                self.run.log({"eval/video": wandb.Video(str(path), format="mp4"), "env_steps": step})
+        except Exception as exc:
+            self._video_error = str(exc)
+            tqdm.write(f"video skipped (training goes on, no further videos this run): {exc}")
 
     def finish(self) -> None:
         if self.run is not None:

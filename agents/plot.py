@@ -24,6 +24,7 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
 
     Raises:
         FileNotFoundError: no metrics.csv there.
+        ValueError: it has no rows, or a cell is not a number.
     """
     path = Path(run_dir)
     if path.is_dir():
@@ -32,8 +33,12 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"no metrics.csv at {path}")
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    return {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows])
-            for k in (rows[0] if rows else {})}
+    if not rows:
+        raise ValueError(f"{path} has no rows (no evaluation finished yet?)")
+    try:
+        return {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows]) for k in rows[0]}
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _aggregate(runs: list[dict[str, np.ndarray]], x_key: str, y_key: str) -> tuple[np.ndarray, ...]:
@@ -56,6 +61,10 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for label, dirs in groups.items():
         runs = [read_metrics(d) for d in dirs]
+        for d, r in zip(dirs, runs):
+            missing = [k for k in ("env_steps", "wall_time", metric) if k not in r]
+            if missing:
+                raise ValueError(f"{d}: metrics.csv has no column {missing[0]!r}; it has {', '.join(r)}")
         for ax, x_key, scale in ((axes[0], "env_steps", 1e-3), (axes[1], "wall_time", 1 / 60)):
             grid, mean, lo, hi = _aggregate(runs, x_key, metric)
             line, = ax.plot(grid * scale, mean, label=f"{label} (n={len(runs)})")
@@ -78,32 +87,47 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="her-plot", description=__doc__.split("\n\n")[0])
-    parser.add_argument("items", nargs="+", help="run directories, each group followed by --label NAME")
+    parser = argparse.ArgumentParser(
+        prog="her-plot", description=__doc__.split("\n\n")[0],
+        usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M]")
+    parser.add_argument("items", nargs="*", help="run directories, each group followed by --label NAME")
     parser.add_argument("--out", default="learning_curves.png", help="PNG to write")
     parser.add_argument("--metric", default="eval/success_rate")
     parser.add_argument("--title")
-    # --label may appear several times between run directories: split the raw argv ourselves.
+    # --label may appear several times between run directories: split the raw argv ourselves. Run directories
+    # before a --label form its group; run directories after the last --label form one more group.
     argv = list(sys.argv[1:] if argv is None else argv)
     groups: dict[str, list[str]] = {}
     pending: list[str] = []
     rest: list[str] = []
     i = 0
     while i < len(argv):
-        if argv[i] == "--label" and i + 1 < len(argv):
-            groups[argv[i + 1]] = pending
+        a = argv[i]
+        if a == "--label":
+            if i + 1 >= len(argv):
+                parser.error("--label needs a NAME")
+            if not pending:
+                parser.error(f"--label {argv[i + 1]}: no run directories before it")
+            groups.setdefault(argv[i + 1], []).extend(pending)
             pending = []
             i += 2
+        elif a in ("--out", "--metric", "--title") and i + 1 < len(argv):
+            rest += [a, argv[i + 1]]
+            i += 2
+        elif a.startswith("-"):
+            rest.append(a)
+            i += 1
         else:
-            rest.append(argv[i])
+            pending.append(a)
             i += 1
     args = parser.parse_args(rest)
-    pending = [p for p in args.items if p not in {d for ds in groups.values() for d in ds}]
     if pending:
-        groups[Path(pending[0]).name if len(pending) == 1 else "runs"] = pending
+        groups.setdefault(Path(pending[0]).name if len(pending) == 1 else "runs", []).extend(pending)
+    if not groups:
+        parser.error("no run directories given")
     try:
         out = plot_curves(groups, args.out, args.metric, args.title)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
     print(f"wrote {out}")
     return 0

@@ -6,7 +6,6 @@ every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) a
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -18,7 +17,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from agents.checkpoint import load_checkpoint, save_checkpoint
+from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
+from agents.distributed import NullLogger, init_distributed  # DIST
 from agents.logger import RunLogger
 from agents.registry import make_agent
 from envs import goal_env_spec, make_vector_env, split_autoreset
@@ -100,6 +100,12 @@ def _default_run_dir(cfg: DictConfig) -> Path:
 
 def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
     """Train ``cfg.algo`` with HER on ``cfg.env.id``. ``resume``: a run directory to continue from."""
+    if cfg.dist.mode == "actor_learner":  # DIST: Ape-X learner (rank 0) + actors over torch.distributed.rpc
+        from agents.actor_learner import train_actor_learner
+
+        return train_actor_learner(cfg, resume)
+    dist_ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)  # DIST: 1-process no-op without torchrun
+    cfg = dist_ctx.prepare_config(cfg)  # DIST: same config on all ranks, then train.seed + rank
     t_cfg = cfg.train
     torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
     seed_everything(t_cfg.seed)
@@ -108,6 +114,7 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
     total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
 
     run_dir = Path(resume) if resume else Path(cfg.log.run_dir) if cfg.log.run_dir else _default_run_dir(cfg)
+    run_dir = dist_ctx.broadcast_object(run_dir)  # DIST: rank 0's run directory
     run_dir.mkdir(parents=True, exist_ok=True)
     agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
     agent_kwargs.setdefault("seed", t_cfg.seed)  # exploration noise
@@ -127,11 +134,13 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
         rng.bit_generator.state = state["rng"]["numpy"]
         torch.set_rng_state(state["rng"]["torch"])
         wandb_id = state.get("wandb_id")
-        replay_file = run_dir / "replay.npz"
-        if replay_file.exists():
-            with np.load(replay_file, allow_pickle=True) as z:
-                replay.load_state_dict(_unflatten({k: z[k] for k in z.files}))
-    logger = RunLogger(cfg, run_dir, resume_id=wandb_id)
+        replay_arrays = load_replay_arrays(run_dir, counters["env_steps"])  # the replay of this checkpoint
+        if replay_arrays is not None:
+            replay.load_state_dict(_unflatten(replay_arrays))
+    # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
+    dist_ctx.setup_agent(agent)  # DIST: broadcast rank 0's weights, average gradients, buffer normalizer deltas
+    logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
+              if dist_ctx.is_main else NullLogger())  # DIST: rank 0 alone logs
     pending_updates = 0.0
     train_successes: list[float] = []
     metrics_acc: dict[str, list[float]] = {}
@@ -172,6 +181,8 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
             # -- update
             pending_updates += n_envs * t_cfg.updates_per_step
             can_learn = counters["env_steps"] >= t_cfg.learning_starts and len(replay) > 0
+            if dist_ctx.active and counters["env_steps"] % t_cfg.update_every < n_envs:  # DIST: merge normalizer
+                can_learn, pending_updates = dist_ctx.sync_block(agent, can_learn, pending_updates)  # deltas, agree
             if can_learn and counters["env_steps"] % t_cfg.update_every < n_envs:
                 for _ in range(int(pending_updates)):
                     batch = replay.sample(t_cfg.batch_size)
@@ -191,7 +202,7 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
             if counters["env_steps"] >= next_eval or done_training:
                 next_eval += t_cfg.eval_every
                 now = time.perf_counter()
-                ev = evaluate(agent, eval_env, t_cfg.eval_episodes)
+                ev = dist_ctx.average_eval(evaluate(agent, eval_env, t_cfg.eval_episodes))  # DIST: mean over ranks
                 counters["evals"] += 1
                 counters["wall_time"] = wall0 + time.perf_counter() - t_start
                 row = {
@@ -203,6 +214,7 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
                     "env_steps_per_s": (counters["env_steps"] - steps_at_window) / max(now - time_at_window, 1e-9),
                 }
                 row.update({f"train/{k}": float(np.mean(v)) for k, v in metrics_acc.items()})
+                row.update(dist_ctx.row_extras(row))  # DIST: global env steps (/s) summed over ranks
                 logger.log(row, step=counters["env_steps"])
                 if cfg.log.video_every and counters["evals"] % cfg.log.video_every == 0:
                     logger.log_video(agent, cfg.env.id, step=counters["env_steps"])
@@ -211,13 +223,14 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
                 last_eval = ev
                 train_successes, metrics_acc = [], {}
                 steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
-                if cfg.log.checkpoint:
-                    _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id)
+                if cfg.log.checkpoint and dist_ctx.is_main:  # DIST: rank 0 alone writes checkpoints
+                    _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id or wandb_id)
     finally:
         progress.close()
         env.close()
         eval_env.close()
         logger.finish()
+        dist_ctx.close()  # DIST
     return TrainResult(run_dir, counters["env_steps"], last_eval.get("success_rate", float("nan")), history)
 
 
@@ -225,7 +238,7 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}/"))
+            out.update(_flatten(v, f"{prefix}{k}/") if v else {f"{prefix}{k}/": np.zeros(0)})  # keep {} (sampler)
         else:
             out[f"{prefix}{k}"] = np.asarray(v)
     return out
@@ -238,21 +251,18 @@ def _unflatten(flat: dict[str, Any]) -> dict:
         *parents, leaf = k.split("/")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = v.item() if v.dtype == object else v
+        if leaf:  # "a/" marks an empty dict
+            node[leaf] = v.item() if v.dtype == object or v.ndim == 0 else v
     return out
 
 
 def _checkpoint(run_dir: Path, cfg: DictConfig, agent: Any, replay: her.HerReplayBuffer, counters: dict,
                 rng: np.random.Generator, wandb_id: str | None) -> None:
-    if cfg.log.save_replay:  # first the replay, so a checkpoint never points past the replay it needs
-        tmp = run_dir / "replay.npz.tmp"
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **_flatten(replay.state_dict()))
-        os.replace(tmp, run_dir / "replay.npz")
-    save_checkpoint(run_dir / "checkpoint.pt", {
+    # checkpoint.pt and replay.npz, written so that a kill at any point leaves a matching pair
+    save_run_state(run_dir, {
         "agent": agent.state_dict(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         "counters": dict(counters),
         "rng": {"numpy": rng.bit_generator.state, "torch": torch.get_rng_state()},
         "wandb_id": wandb_id,
-    })
+    }, _flatten(replay.state_dict()) if cfg.log.save_replay else None)

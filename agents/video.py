@@ -8,7 +8,30 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["record_episodes", "write_video"]
+__all__ = ["check_gl_backend", "default_headless_gl", "record_episodes", "write_video"]
+
+_VALID_GL = ("egl", "osmesa", "glfw", "glx")
+_INSTALL_HINT = ("Install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri (MUJOCO_GL=egl) or libosmesa6 "
+                 "(MUJOCO_GL=osmesa)")
+
+
+def default_headless_gl() -> None:
+    """Without a display, pick ``MUJOCO_GL=egl`` unless the user chose a backend (before MuJoCo renders)."""
+    if not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"
+
+
+def check_gl_backend() -> None:
+    """Refuse an unknown ``MUJOCO_GL`` up front: ``import mujoco`` itself fails on one, with a bare RuntimeError.
+
+    Raises:
+        RuntimeError: ``MUJOCO_GL`` is set to something else than egl, osmesa, glfw or glx.
+    """
+    gl = os.environ.get("MUJOCO_GL", "").strip().lower()
+    if gl and gl not in _VALID_GL + ("", "disable", "disabled", "off", "false", "0", "enable", "enabled", "on",
+                                     "true", "1"):
+        raise RuntimeError(f"MUJOCO_GL={gl!r} is not a MuJoCo OpenGL backend: use one of {', '.join(_VALID_GL)} "
+                           f"(egl or osmesa without a display). {_INSTALL_HINT}")
 
 
 def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0) -> tuple[np.ndarray, list[bool]]:
@@ -19,18 +42,24 @@ def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0)
     Raises:
         RuntimeError: no usable OpenGL backend (message says which MUJOCO_GL to set and what to install).
     """
-    if not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
-        os.environ["MUJOCO_GL"] = "egl"  # headless default; must be set before mujoco loads its GL context
+    default_headless_gl()  # gymnasium reads MUJOCO_GL when the first frame is rendered
+    check_gl_backend()
     from envs import make_env
 
+    env = None
     try:
         env = make_env(env_id, seed=seed, render_mode="rgb_array")
         obs, _ = env.reset(seed=seed)
         frames = [env.render()]
     except Exception as exc:
+        if env is not None:
+            try:
+                env.close()
+            except Exception:
+                pass
         raise RuntimeError(
-            f"cannot render {env_id} with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: {exc}. Install Debian's "
-            "libegl1 libegl-mesa0 libgl1-mesa-dri (MUJOCO_GL=egl) or libosmesa6 (MUJOCO_GL=osmesa)"
+            f"cannot render {env_id} with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: "
+            f"{type(exc).__name__}: {exc}. {_INSTALL_HINT}"
         ) from exc
     successes = []
     for ep in range(n_episodes):
@@ -49,12 +78,22 @@ def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0)
 
 
 def write_video(path: str | os.PathLike, frames: np.ndarray, fps: int = 25) -> None:
-    """Write frames [N, H, W, 3] uint8 to an .mp4 (ffmpeg via imageio) or .gif."""
+    """Write frames [N, H, W, 3] uint8 to an .mp4 (ffmpeg via imageio) or .gif, every frame kept.
+
+    Pillow's GIF writer merges a frame identical to the previous one into it (a policy holding still at the goal
+    gives such frames); the GIF would then hold fewer frames than rendered, and a reader could not tell frames
+    from steps. So in a GIF the top-left pixel alternates black and white from frame to frame: no two neighbours
+    are equal and the GIF keeps one frame per rendered step.
+    """
     import imageio.v2 as imageio
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    frames = np.asarray(frames, np.uint8)
     if path.suffix.lower() == ".gif":
+        frames = frames.copy()
+        frames[0::2, 0, 0, :] = 0
+        frames[1::2, 0, 0, :] = 255
         imageio.mimsave(path, list(frames), duration=1000 / fps, loop=0)
     else:
         imageio.mimsave(path, list(frames), fps=fps, macro_block_size=1)

@@ -191,7 +191,7 @@ def _accepts_info(unwrapped: Any, ag: np.ndarray, dg: np.ndarray, info: dict, wi
     """Whether ``compute_reward`` still works with ``info`` less the key ``without`` (so it is not needed)."""
     try:
         unwrapped.compute_reward(ag, dg, {k: v for k, v in info.items() if k != without})
-    except Exception:  # noqa: BLE001 - failing without the key is exactly what marks it as needed
+    except Exception:
         return False
     return True
 
@@ -253,7 +253,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
     info_keys: tuple[str, ...] = ()
     try:
         unwrapped.compute_reward(ag, dg, None)
-    except Exception:  # noqa: BLE001 - any failure here means "needs info" or "not vectorized"; checked next
+    except Exception:
         info = _probe_info(env)
         _check_vectorized(unwrapped.compute_reward, (ag, dg, info), env_id, "compute_reward")
         info_keys = tuple(k for k in info if not _accepts_info(unwrapped, ag, dg, info, without=k))

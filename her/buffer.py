@@ -7,7 +7,7 @@ of sampler, relabel strategy and n works; goal-free storages skip the relabeling
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,19 +61,23 @@ class Batch:
     def __len__(self) -> int:
         return len(self.index)
 
+    #: the fields a learner needs; ``index``, ``relabeled`` and ``n_steps`` stay numpy (priorities, diagnostics)
+    TRAINING_FIELDS = ("observation", "desired_goal", "action", "reward", "next_observation", "discount",
+                       "terminated", "weight")
+
     def to_torch(self, device: Any = None) -> dict[str, Any]:
-        """The arrays as torch tensors (``torch.from_numpy``: zero-copy on the CPU), moved to ``device``.
+        """The training fields as torch tensors (``torch.from_numpy``: zero-copy on the CPU), moved to ``device``.
 
         Torch is imported here only; ``her`` itself never needs it.
         """
         import torch
 
         out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in self.TRAINING_FIELDS:
+            v = getattr(self, name)
             if v is not None:
                 t = torch.from_numpy(v)
-                out[f.name] = t if device is None else t.to(device, non_blocking=True)
+                out[name] = t if device is None else t.to(device, non_blocking=True)
         return out
 
 
@@ -209,42 +213,51 @@ class HerReplayBuffer:
         else:
             goals, relabeled = None, np.zeros(B, bool)
         if n == 1:
-            nxt = (slots + 1) % S
+            nxt = slots + 1
+            if st.wraps:
+                nxt %= S
             nrec = st.data.take(nxt)
             if goals is not None:
-                r = self._rewards(nrec["achieved_goal"], goals, {k: rec["info." + k] for k in st.info_shapes}, B)
+                info = {k: rec["info." + k] for k in st.info_shapes}
+                r = self._rewards(st.achieved_goal.take(nxt, axis=0), goals, info, B)
             else:
                 r = rec["reward"]
-            m = np.ones(B, np.int64)
+            m, discount = np.ones(B, np.int64), np.full(B, self.gamma, np.float32)
             ret = r
+            terminated = rec["terminated"]
         else:
             j = np.arange(n)
             window = (slots[:, None] + j) % S  # [B, n] transitions t..t+n-1
             valid = j < (rec["length"] - rec["step"])[:, None]  # inside the episode: a prefix of the window
             flat = window.reshape(-1)
+            wrec = st.data.take(flat) if st.info_shapes or goals is None else None
             if goals is not None:
-                ag_next = st.achieved_goal[(flat + 1) % S]
+                ag_next = st.achieved_goal.take((flat + 1) % S, axis=0)
                 g_rep = np.repeat(goals, n, axis=0)
-                info = {k: a[flat] for k, a in st.info.items()}
+                info = {k: wrec["info." + k] for k in st.info_shapes}
                 r = self._rewards(ag_next, g_rep, info, B * n).reshape(B, n)
                 if self.stop_at_success:
                     hit = np.asarray(self.compute_success(ag_next, g_rep), bool).reshape(B, n) & valid
                     first = np.where(hit.any(1), hit.argmax(1), n)
                     valid &= j <= first[:, None]
             else:
-                r = st.reward[flat].reshape(B, n)
+                r = wrec["reward"].reshape(B, n)
             m = valid.sum(1)
             ret = (np.where(valid, r, 0.0) * self._powers[:n]).sum(1, dtype=np.float32)
+            discount = self._powers[m]
             nxt = (slots + m) % S
             nrec = st.data.take(nxt)
+            # The window ends in a true terminal state only at its episode's last transition.
+            terminated = rec["episode_terminated"] & (rec["step"] + m == rec["length"])
+        # Fields are strided views of the freshly gathered records (no copies; torch.from_numpy accepts them).
         return Batch(
-            observation=np.ascontiguousarray(rec["observation"]),
+            observation=rec["observation"],
             desired_goal=goals,
-            action=np.ascontiguousarray(rec["action"]),
-            reward=np.ascontiguousarray(ret, np.float32),
-            next_observation=np.ascontiguousarray(nrec["observation"]),
-            discount=self._powers[m],
-            terminated=st.terminated[(nxt - 1) % S] if n > 1 else np.ascontiguousarray(rec["terminated"]),
+            action=rec["action"],
+            reward=ret if ret.dtype == np.float32 else ret.astype(np.float32),
+            next_observation=nrec["observation"],
+            discount=discount,
+            terminated=terminated,
             weight=weight,
             index=slots,
             relabeled=relabeled,

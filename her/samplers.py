@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .storage import EpisodeStorage
-from .trees import MinTree, SumTree
+from .trees import MinTree, SumTree, update_trees
 
 __all__ = ["PrioritizedSampler", "UniformSampler"]
 
@@ -45,9 +45,12 @@ class UniformSampler:
         # Draw over the live state slots and redraw the hits on an episode's last state (not a transition):
         # the live slots are contiguous in the ring, so this is uniform over transitions.
         base, n_live, S = st.oldest_slot, st.n_live_states, st.n_slots
-        slots = (base + (rng.random(batch_size) * n_live).astype(np.int64)) % S
+        slots = (rng.random(batch_size) * n_live).astype(np.int64)
+        slots += base
+        if st.wraps:
+            slots %= S
         rec = st.data.take(slots)
-        bad = rec["step"] >= rec["length"]
+        bad = rec["step"] >= rec["length"]  # an episode's last state, not a transition: draw again
         while bad.any():
             redo = (base + (rng.random(int(bad.sum())) * n_live).astype(np.int64)) % S
             slots[bad] = redo
@@ -141,8 +144,7 @@ class PrioritizedSampler:
         self.min_tree.update(slots, np.inf)
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        self.sum_tree.update(slots, priorities)
-        self.min_tree.update(slots, priorities)
+        update_trees([self.sum_tree, self.min_tree], slots, priorities)
         if len(priorities):
             top = float(np.max(priorities))
             self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
@@ -192,7 +194,7 @@ class PrioritizedSampler:
             raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
         if not np.isfinite(delta).all():
             raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
-        live = self.storage.is_transition(slots)  # a slot may have been overwritten since it was sampled
+        live = self.sum_tree[slots] > 0  # a slot may have been dropped since it was sampled
         slots, delta = slots[live], delta[live]
         if self.td_error_clip is not None:
             delta = np.minimum(delta, self.td_error_clip)

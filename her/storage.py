@@ -95,20 +95,24 @@ class EpisodeStorage:
         S = self.n_slots
 
         # One record per slot, so that a sampled transition costs one random memory access instead of one per
-        # array (the sampler is bound by cache misses, not arithmetic).
+        # array (the sampler is bound by cache misses and numpy call overhead, not arithmetic). Achieved goals
+        # are read at other slots than the sampled one (the relabeled goal, the next state): they live in a
+        # separate contiguous array, which `take` gathers fastest.
         fields = [("observation", np.float32, self.observation_shape)]
         if self.goal_shape is not None:
-            fields += [("achieved_goal", np.float32, self.goal_shape), ("desired_goal", np.float32, self.goal_shape)]
+            fields += [("desired_goal", np.float32, self.goal_shape)]
         fields += [("action", np.float32, self.action_shape), ("reward", np.float32, ())]
         fields += [("info." + k, np.float32, shp) for k, shp in self.info_shapes.items()]
-        # step t within the episode and its length T (0 = empty slot); terminated: transition ended it truly.
-        fields += [("step", np.int32, ()), ("length", np.int32, ()), ("terminated", np.bool_, ())]
+        # step t within the episode and its length T (0 = empty slot); terminated: this transition ended the
+        # episode by a true termination; episode_terminated: its episode ended so.
+        fields += [("step", np.int32, ()), ("length", np.int32, ()), ("terminated", np.bool_, ()),
+                   ("episode_terminated", np.bool_, ())]
         self.dtype = np.dtype(fields, align=True)
         self.data = np.zeros(S, self.dtype)
         # Field views of the records, shape [n_slots, ...]; writes go through to ``data``.
         self.observation = self.data["observation"]
         if self.goal_shape is not None:
-            self.achieved_goal = self.data["achieved_goal"]
+            self.achieved_goal = np.zeros((S, *self.goal_shape), np.float32)
             self.desired_goal = self.data["desired_goal"]
         self.action, self.reward = self.data["action"], self.data["reward"]
         self.terminated, self.step, self.episode_length = self.data["terminated"], self.data["step"], self.data["length"]
@@ -139,6 +143,11 @@ class EpisodeStorage:
     @property
     def oldest_slot(self) -> int:
         return self._episodes[0][0] if self._episodes else self._head
+
+    @property
+    def wraps(self) -> bool:
+        """True when the live slots run past the end of the ring (slot arithmetic then needs ``% n_slots``)."""
+        return self.oldest_slot + self._n_live_states > self.n_slots
 
     @property
     def n_live_states(self) -> int:
@@ -247,7 +256,7 @@ class EpisodeStorage:
         d = self.data
         d["observation"][states] = data["observation"]
         if self.has_goals:
-            d["achieved_goal"][states] = data["achieved_goal"]
+            self.achieved_goal[states] = data["achieved_goal"]
             d["desired_goal"][states] = data["desired_goal"]
         d["action"][trans] = data["action"]
         d["reward"][trans] = data["reward"]
@@ -256,6 +265,7 @@ class EpisodeStorage:
         d["step"][states] = np.arange(n, dtype=np.int32)
         d["length"][states] = T
         d["terminated"][states] = False
+        d["episode_terminated"][states] = terminated
         if terminated:
             d["terminated"][(start + T - 1) % S] = True
         self._head = end % S
@@ -444,8 +454,7 @@ class EpisodeStorage:
             copy: return copies (a snapshot that later adds do not change); ``False`` returns views of the ring
                 (what ``save`` uses, to write without doubling the memory).
         """
-        state: dict[str, Any] = {"field." + k: self.data[k].copy() if copy else self.data[k]
-                                 for k in self.dtype.names}
+        state: dict[str, Any] = {"field." + k: a.copy() if copy else a for k, a in self._arrays().items()}
         state["episodes"] = np.asarray(list(self._episodes), np.int64).reshape(-1, 2)
         state["scalars"] = np.asarray([self._head, self._n_live_states, self.n_transitions, self.n_episodes_added,
                                        self.n_slots], np.int64)
@@ -460,16 +469,17 @@ class EpisodeStorage:
         head, live, n_tr, n_added, n_slots = (int(x) for x in state["scalars"])
         if n_slots != self.n_slots:
             raise ValueError(f"saved storage has {n_slots} slots, this one {self.n_slots}: use the same capacity")
+        arrays = self._arrays()
         extra = sorted(k[len("field."):] for k in state if k.startswith("field.") and k[len("field."):] not in
-                       self.dtype.names)
+                       arrays)
         if extra:
             raise ValueError(f"saved fields {extra} are not in this storage (another storage layout)")
-        for k in self.dtype.names:
+        for k, a in arrays.items():
             saved = state.get("field." + k)
-            if saved is None or saved.shape != self.data[k].shape:
+            if saved is None or saved.shape != a.shape:
                 got = None if saved is None else saved.shape
-                raise ValueError(f"{k}: saved shape {got}, expected {self.data[k].shape} (another storage layout)")
-            self.data[k][...] = saved
+                raise ValueError(f"{k}: saved shape {got}, expected {a.shape} (another storage layout)")
+            a[...] = saved
         self._episodes = deque((int(s), int(T)) for s, T in np.asarray(state["episodes"]).reshape(-1, 2))
         self._head, self._n_live_states, self.n_transitions, self.n_episodes_added = head, live, n_tr, n_added
         self.discard_in_progress()
@@ -501,7 +511,14 @@ class EpisodeStorage:
     @property
     def nbytes(self) -> int:
         """Bytes held by the ring arrays."""
-        return int(self.data.nbytes)
+        return int(self.data.nbytes + (self.achieved_goal.nbytes if self.has_goals else 0))
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """Every stored array by name: the record fields and the achieved goals."""
+        arrays = {k: self.data[k] for k in self.dtype.names}
+        if self.has_goals:
+            arrays["achieved_goal"] = self.achieved_goal
+        return arrays
 
 
 def storage_from_env(env: Any, capacity: int, n_envs: int = 1, **kwargs: Any) -> EpisodeStorage:

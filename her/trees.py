@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["MaxTree", "MinTree", "SegmentTree", "SumTree"]
+__all__ = ["MaxTree", "MinTree", "SegmentTree", "SumTree", "update_trees"]
 
 
 class SegmentTree:
@@ -30,7 +30,7 @@ class SegmentTree:
         ValueError: capacity < 1, branching < 2 or an unknown reduce.
     """
 
-    _OPS: ClassVar[dict] = {"sum": (np.sum, 0.0), "min": (np.min, np.inf), "max": (np.max, -np.inf)}
+    _OPS: ClassVar[dict] = {"sum": (np.add, 0.0), "min": (np.minimum, np.inf), "max": (np.maximum, -np.inf)}
 
     def __init__(self, capacity: int, reduce: str = "sum", branching: int = 32) -> None:
         if int(capacity) < 1:
@@ -41,7 +41,7 @@ class SegmentTree:
             raise ValueError(f"reduce must be one of {sorted(self._OPS)}, got {reduce!r}")
         self.capacity = int(capacity)
         self.branching = int(branching)
-        self._reduce, self.neutral = self._OPS[reduce]
+        self._ufunc, self.neutral = self._OPS[reduce]
         depth = 1
         while self.branching**depth < self.capacity:
             depth += 1
@@ -49,6 +49,12 @@ class SegmentTree:
         # levels[0] is the root (size 1), levels[depth] the padded leaves.
         self.levels = [np.full(self.branching**d, self.neutral, dtype=np.float64) for d in range(depth + 1)]
         self._child = np.arange(self.branching)
+        # levels[d] seen as rows of `branching` children of the nodes of level d - 1 (views, no copies)
+        self._rows = [None] + [lv.reshape(-1, self.branching) for lv in self.levels[1:]]
+
+    def reduce_rows(self, children: np.ndarray) -> np.ndarray:
+        """The node values of rows of children [N, branching]; the same per row whatever N (exact nodes)."""
+        return self._ufunc.reduce(children, axis=1)
 
     @property
     def leaves(self) -> np.ndarray:
@@ -75,31 +81,78 @@ class SegmentTree:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size == 0:
             return
-        if idx.min() < 0 or idx.max() >= self.capacity:
-            raise IndexError(f"tree indices must be in [0, {self.capacity}), got [{idx.min()}, {idx.max()}]")
+        lo, hi = idx.min(), idx.max()
+        if lo < 0 or hi >= self.capacity:
+            raise IndexError(f"tree indices must be in [0, {self.capacity}), got [{lo}, {hi}]")
         self.levels[self.depth][idx] = values
         k = self.branching
         for d in range(self.depth - 1, -1, -1):
             idx = idx // k
             if idx.size > k**d:  # more updates than nodes on this level: rebuild the level whole
-                self.levels[d][:] = self._reduce(self.levels[d + 1].reshape(-1, k), axis=1)
+                self.levels[d][:] = self.reduce_rows(self._rows[d + 1])
                 idx = np.arange(k**d)
             else:
-                children = self.levels[d + 1][idx[:, None] * k + self._child]
-                self.levels[d][idx] = self._reduce(children, axis=1)
+                self.levels[d][idx] = self.reduce_rows(self._rows[d + 1].take(idx, axis=0))
+        self._changed()
+
+    def _changed(self) -> None:
+        """Hook called after every write (the sum tree invalidates its cached top-level prefix sums)."""
 
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves (after bulk writes to ``levels[depth]``)."""
-        k = self.branching
         for d in range(self.depth - 1, -1, -1):
-            self.levels[d][:] = self._reduce(self.levels[d + 1].reshape(-1, k), axis=1)
+            self.levels[d][:] = self.reduce_rows(self._rows[d + 1])
+        self._changed()
+
+
+def update_trees(trees: list[SegmentTree], indices: np.ndarray, values: np.ndarray) -> None:
+    """``tree.update(indices, values)`` for several trees of the same shape in one pass over the levels.
+
+    Raises:
+        ValueError: the trees differ in capacity or branching, or a value is NaN, infinite or negative.
+        IndexError: an index outside [0, capacity).
+    """
+    first = trees[0]
+    if any(t.capacity != first.capacity or t.branching != first.branching for t in trees):
+        raise ValueError("update_trees needs trees of the same capacity and branching")
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if idx.size == 0:
+        return
+    v = np.asarray(values, dtype=np.float64)
+    if v.size and not (v.min() >= 0 and np.isfinite(v.max())):
+        raise ValueError(f"priorities must be finite and >= 0, got {v[~(np.isfinite(v) & (v >= 0))][:5].tolist()}")
+    lo, hi = idx.min(), idx.max()
+    if lo < 0 or hi >= first.capacity:
+        raise IndexError(f"tree indices must be in [0, {first.capacity}), got [{lo}, {hi}]")
+    if idx.size > first.branching ** (first.depth - 1):  # large batch: plain per-tree updates rebuild levels
+        for t in trees:
+            t.update(idx, v)
+        return
+    for t in trees:
+        t.levels[t.depth][idx] = v
+    for d in range(first.depth - 1, -1, -1):
+        idx = idx // first.branching
+        for t in trees:
+            t.levels[d][idx] = t.reduce_rows(t._rows[d + 1].take(idx, axis=0))
+    for t in trees:
+        t._changed()
 
 
 class SumTree(SegmentTree):
     """Sum tree with a batched prefix-sum search (``find``). Leaf values must be finite and >= 0."""
 
+    #: ``find`` starts with one binary search over the prefix sums of the deepest level with at most this many
+    #: nodes (recomputed after updates, once per ``find``), which skips the top levels of the descent.
+    TOP_NODES = 4096
+
     def __init__(self, capacity: int, branching: int = 32) -> None:
         super().__init__(capacity, "sum", branching)
+        self._top = max(d for d in range(self.depth + 1) if self.branching**d <= self.TOP_NODES)
+        self._top_prefix: np.ndarray | None = None
+        self._upper = np.triu(np.ones((self.branching, self.branching)))
+
+    def _changed(self) -> None:
+        self._top_prefix = None
 
     @property
     def total(self) -> float:
@@ -108,7 +161,7 @@ class SumTree(SegmentTree):
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set leaf priorities; refuses NaN, infinite or negative values with a ValueError."""
         v = np.asarray(values, dtype=np.float64)
-        if not np.all(np.isfinite(v)) or np.any(v < 0):
+        if v.size and not (v.min() >= 0 and np.isfinite(v.max())):  # NaN fails the first test
             bad = v[~(np.isfinite(v) & (v >= 0))].ravel()[:5]
             raise ValueError(f"priorities must be finite and >= 0, got {bad.tolist()}")
         super().update(indices, v)
@@ -127,19 +180,26 @@ class SumTree(SegmentTree):
         if not self.levels[0][0] > 0:
             raise ValueError("cannot sample from a sum tree whose total priority is 0 (no items)")
         mass = np.asarray(prefix_masses, dtype=np.float64).reshape(-1).copy()
-        idx = np.zeros(mass.shape[0], dtype=np.int64)
-        k, rows = self.branching, np.arange(mass.shape[0])
-        for d in range(1, self.depth + 1):
-            children = self.levels[d][idx[:, None] * k + self._child]  # [B, K]
-            csum = np.cumsum(children, axis=1)
-            j = np.minimum((csum <= mass[:, None]).sum(axis=1), k - 1)
-            chosen = children[rows, j]
-            empty = chosen <= 0
-            if empty.any():  # rounding pushed the mass past the last positive child
-                last_pos = k - 1 - np.argmax(children[empty, ::-1] > 0, axis=1)
-                j[empty] = last_pos
-                chosen = children[rows, j]
-            mass = np.clip(mass - (csum[rows, j] - chosen), 0.0, np.nextafter(chosen, 0))
+        rows = np.arange(mass.shape[0])
+        # Top levels: one binary search over the prefix sums of level `_top` (empty nodes have empty intervals).
+        top = self.levels[self._top]
+        if self._top_prefix is None:
+            prefix = np.concatenate([[0.0], np.cumsum(top)])
+            self._top_prefix = prefix
+            self._top_last = int(np.flatnonzero(top > 0)[-1])  # masses past the total (rounding) land here
+        prefix = self._top_prefix
+        idx = np.minimum(np.searchsorted(prefix, mass, side="right") - 1, self._top_last)
+        mass -= prefix[idx]
+        np.maximum(mass, 0.0, out=mass)
+        # Lower levels: pick the first child whose running sum passes the mass.
+        k = self.branching
+        for d in range(self._top + 1, self.depth + 1):
+            children = self._rows[d].take(idx, axis=0)  # [B, K]
+            csum = children @ self._upper  # running sums (a BLAS product: 3x faster than np.cumsum here)
+            np.minimum(mass, np.nextafter(csum[:, -1], 0.0), out=mass)  # stay inside this node
+            j = (csum > mass[:, None]).argmax(axis=1)  # its child is positive: csum[j-1] <= mass < csum[j]
+            mass -= csum[rows, j] - children[rows, j]
+            np.maximum(mass, 0.0, out=mass)
             idx = idx * k + j
         return idx
 

@@ -179,7 +179,7 @@ def main() -> None:
                 try:
                     c_ms = time_updates(compiled_agent(algo), batch, args.iters, args.warmup + 5)
                     line += f"{c_ms:>13.2f}"
-                except Exception as exc:  # noqa: BLE001 - report whatever compile raised
+                except Exception as exc:
                     line += f"{'failed':>13}"
                     print(f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
             print(line, flush=True)

@@ -1,0 +1,413 @@
+"""Actor-learner training (Ape-X, Horgan et al. 2018) over ``torch.distributed.rpc``.
+
+Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, ranks 1.. are actors::
+
+    torchrun --standalone --nproc_per_node=3 -m agents.cli fetch_reach_ddpg dist.mode=actor_learner
+
+- **Actors** step their own vector envs (``env.n_envs``, seeds ``train.seed + rank``) with their own
+  exploration noise (agent seed ``train.seed + rank``), stage steps per env until an episode ends, and send each
+  complete episode to the learner with ``rpc_async`` (fire and forget; the futures are checked, and awaited
+  at the end). After each finished episode an actor asks the learner for the newest weights (actor network +
+  observation/goal normalizers) and loads them when their version is newer. The first
+  ``train.warmup_steps / n_actors`` steps of each actor use uniform random actions.
+- **The learner** owns the replay (HER relabeling; prioritized and n-step when configured), the agent, the
+  evaluation, the log (stdout, ``metrics.csv``, W&B) and the checkpoints. The RPC target
+  :func:`_rpc_add_episode` puts an episode in a queue; the learner thread drains it between updates and calls
+  ``storage.add_episode`` (a prioritized sampler gives the new transitions the maximum priority on add) and
+  updates the normalizers with relabeled samples of the episode, like the single-process loop. Keeping every
+  storage/sampler call on the learner thread avoids locking the numpy structures. It does
+  ``train.updates_per_step`` updates per received env step (the replay ratio of the single-process loop), and
+  publishes new weights every ``dist.weight_sync_every`` updates.
+- **Env steps** are counted on the learner from the episodes it received (all actors). When they reach
+  ``train.total_env_steps`` the learner tells the actors to stop (answer of their next weight fetch), finishes
+  its pending updates, evaluates, checkpoints and everyone calls ``rpc.shutdown()`` (graceful: outstanding
+  episodes are delivered first and are stored; they are counted in ``episodes``).
+
+All ranks must be launched with the same config (checked over RPC at start: a mismatch names the differing
+ranks and keys). Resume is not supported in this mode.
+
+Debug hook: with ``HER_DIST_DUMP=<dir>`` the learner writes ``<dir>/learner.json`` (episodes received per actor,
+``storage.n_episodes_added``, the hash of every published weight version) and each actor ``actor<r>.json``
+(episodes sent, hash of every weight version it loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.distributed import rpc
+
+import her
+from agents.distributed import (
+    _flat_config,
+    config_digest,
+    config_mismatch_message,
+    rendezvous_env,
+    state_hash,
+)
+from agents.logger import RunLogger
+from agents.registry import make_agent
+from envs import goal_env_spec, make_vector_env, split_autoreset
+
+__all__ = ["train_actor_learner"]
+
+LEARNER = "learner"
+
+# Per-process state the RPC targets read (each process sets its own before init_rpc).
+_CONFIG: dict[str, Any] = {}
+_LEARNER_STATE: _LearnerState | None = None
+
+
+def _worker_name(rank: int) -> str:
+    return LEARNER if rank == 0 else f"actor{rank}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RPC targets (module level so they pickle by name)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _rpc_config() -> tuple[str, dict[str, Any]]:
+    return _CONFIG["digest"], _CONFIG["flat"]
+
+
+def _rpc_add_episode(actor_rank: int, seq: int, episode: dict[str, Any]) -> int:
+    """Learner side: queue one complete episode for ``storage.add_episode``. Returns the weights version."""
+    st = _LEARNER_STATE
+    with st.lock:  # env steps are counted on receipt, so the actors stop right at the budget
+        st.inbox.put((actor_rank, seq, episode))
+        st.received_steps += len(episode["action"])
+        if st.received_steps >= st.total_env_steps:
+            st.stop = True
+    return st.version
+
+
+def _rpc_fetch_weights(have_version: int) -> tuple[int, dict[str, Any] | None, bool]:
+    """Learner side: ``(version, weights or None if not newer, stop)``."""
+    st = _LEARNER_STATE
+    weights = st.weights  # one reference read: a consistent snapshot
+    version, payload = weights
+    return version, (payload if version > have_version else None), st.stop
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _policy_state(agent: Any) -> dict[str, Any]:
+    return {
+        "actor": {k: v.detach().cpu().clone() for k, v in agent.actor.state_dict().items()},
+        "obs_normalizer": agent.obs_normalizer.state_dict(),
+        "goal_normalizer": agent.goal_normalizer.state_dict(),
+    }
+
+
+def _policy_hash(state: dict[str, Any]) -> str:
+    norms = [state[n][k] for n in ("obs_normalizer", "goal_normalizer") for k in ("sum", "sumsq", "count")]
+    return state_hash(list(state["actor"].values()) + norms)
+
+
+def _load_policy(agent: Any, state: dict[str, Any]) -> None:
+    agent.actor.load_state_dict(state["actor"])
+    agent.obs_normalizer.load_state_dict(state["obs_normalizer"])
+    agent.goal_normalizer.load_state_dict(state["goal_normalizer"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Learner
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _LearnerState:
+    def __init__(self, total_env_steps: int) -> None:
+        self.lock = threading.Lock()
+        self.total_env_steps = int(total_env_steps)
+        self.received_steps = 0
+        self.inbox: queue.Queue = queue.Queue()
+        self.version = 0
+        self.weights: tuple[int, dict[str, Any] | None] = (0, None)
+        self.stop = False
+        self.published: dict[int, str] = {}
+
+    def publish(self, agent: Any) -> None:
+        state = _policy_state(agent)
+        version = self.version + 1
+        self.published[version] = _policy_hash(state)
+        self.weights = (version, state)
+        self.version = version
+
+
+def _run_learner(cfg: DictConfig, world: int) -> Any:
+    from agents.train import TrainResult, _checkpoint, build_replay, evaluate, seed_everything
+
+    global _LEARNER_STATE
+    t_cfg = cfg.train
+    seed_everything(t_cfg.seed)
+    spec = goal_env_spec(cfg.env.id)
+    total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
+    run_dir = Path(cfg.log.run_dir) if cfg.log.run_dir else (
+        Path("runs") / f"{cfg.env.id}-{cfg.algo}-apex-s{t_cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
+    agent_kwargs.setdefault("seed", t_cfg.seed)
+    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
+                       device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
+    # the learner's storage receives whole episodes only (add_episode): one staging env is enough
+    replay = build_replay(OmegaConf.merge(cfg, {"env": {"n_envs": 1}}), spec, total_updates)
+    eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
+    st = _LearnerState(t_cfg.total_env_steps)
+    st.publish(agent)  # version 1: the actors start from the learner's initial weights
+    _LEARNER_STATE = st
+    _init_rpc(cfg, 0, world)
+
+    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "evals": 0, "wall_time": 0.0}
+    received = {r: 0 for r in range(1, world)}
+    last_seq = {r: 0 for r in range(1, world)}
+    duplicates = 0
+    train_successes: list[float] = []
+    metrics_acc: dict[str, list[float]] = {}
+    history: list[dict[str, Any]] = []
+    last_eval: dict[str, float] = {}
+    pending = 0.0
+    next_eval = t_cfg.eval_every
+    t_start = time.perf_counter()
+    steps_at_window, time_at_window = 0, t_start
+    logger = RunLogger(cfg, run_dir)
+
+    def ingest(block: bool = False) -> int:
+        nonlocal duplicates, pending
+        n_steps = 0
+        while True:
+            try:
+                actor, seq, ep = st.inbox.get(timeout=0.05) if block else st.inbox.get_nowait()
+            except queue.Empty:
+                return n_steps
+            block = False
+            if seq <= last_seq[actor]:  # an RPC delivered twice: never store an episode twice
+                duplicates += 1
+                continue
+            last_seq[actor] = seq
+            start, T = replay.storage.add_episode(
+                ep["observation"], ep["action"], ep["reward"], achieved_goal=ep["achieved_goal"],
+                desired_goal=ep["desired_goal"], terminated=ep["terminated"], info=ep["info"])
+            slots = (start + np.arange(T)) % replay.storage.n_slots
+            if t_cfg.normalizer_relabeled:
+                b = replay.batch_from_slots(slots)
+                agent.update_normalizer(b.observation, b.desired_goal)
+            else:
+                agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])
+            received[actor] += 1
+            counters["episodes"] += 1
+            counters["env_steps"] += T
+            n_steps += T
+            train_successes.append(float(ep["is_success"]))
+            if counters["env_steps"] >= t_cfg.learning_starts:
+                pending += T * t_cfg.updates_per_step
+
+    def do_eval() -> None:
+        nonlocal train_successes, metrics_acc, steps_at_window, time_at_window, last_eval
+        now = time.perf_counter()
+        ev = evaluate(agent, eval_env, t_cfg.eval_episodes)
+        counters["evals"] += 1
+        counters["wall_time"] = time.perf_counter() - t_start
+        row = {
+            "env_steps": counters["env_steps"], "episodes": counters["episodes"], "updates": counters["updates"],
+            "wall_time": round(counters["wall_time"], 2), "eval/success_rate": ev["success_rate"],
+            "eval/final_distance": ev["final_distance"], "eval/return": ev["return"],
+            "train/success_rate": float(np.mean(train_successes)) if train_successes else float("nan"),
+            "env_steps_per_s": (counters["env_steps"] - steps_at_window) / max(now - time_at_window, 1e-9),
+            "dist/world_size": world, "dist/weights_version": st.version,
+        }
+        row.update({f"train/{k}": float(np.mean(v)) for k, v in metrics_acc.items()})
+        logger.log(row, step=counters["env_steps"])
+        history.append(row)
+        last_eval = ev
+        train_successes, metrics_acc = [], {}
+        steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
+        if cfg.log.checkpoint:
+            _checkpoint(run_dir, cfg, agent, replay, counters, np.random.default_rng(t_cfg.seed), logger.run_id)
+
+    try:
+        while True:
+            got = ingest(block=pending < 1)
+            n = int(min(pending, 10)) if len(replay) > 0 else 0  # a few updates, then look at the inbox again
+            for _ in range(n):
+                batch = replay.sample(t_cfg.batch_size)
+                m = agent.update(batch)
+                replay.update_priorities(batch.index, m["td_error"])
+                for k, v in m.items():
+                    if k != "td_error":
+                        metrics_acc.setdefault(k, []).append(float(v))
+                counters["updates"] += 1
+                if counters["updates"] % cfg.dist.weight_sync_every == 0:
+                    st.publish(agent)
+            pending -= n
+            if next_eval <= counters["env_steps"] < t_cfg.total_env_steps:  # the final one comes after
+                next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
+                do_eval()
+            if st.stop and pending < 1 and not got:
+                break
+        st.publish(agent)
+        do_eval()
+    except BaseException:
+        logger.finish()
+        eval_env.close()
+        rpc.shutdown(graceful=False)
+        raise
+    rpc.shutdown()  # waits for every actor; their last episodes are delivered before it returns
+    ingest()  # ... and stored here
+    logger.finish()
+    eval_env.close()
+    _dump("learner", {"received": {str(k): v for k, v in received.items()}, "duplicates": duplicates,
+                      "n_episodes_added": replay.storage.n_episodes_added, "env_steps": counters["env_steps"],
+                      "updates": counters["updates"], "published": {str(k): v for k, v in st.published.items()}})
+    return TrainResult(run_dir, counters["env_steps"], last_eval.get("success_rate", float("nan")), history)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Actor
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _episode(storage: her.EpisodeStorage, start: int, T: int, is_success: bool) -> dict[str, Any]:
+    """Copy one episode out of the actor's staging ring."""
+    states = (start + np.arange(T + 1)) % storage.n_slots
+    trans = states[:-1]
+    return {
+        "observation": storage.observation[states], "achieved_goal": storage.achieved_goal[states],
+        "desired_goal": storage.desired_goal[states], "action": storage.action[trans],
+        "reward": storage.reward[trans], "terminated": bool(storage.terminated[trans[-1]]),
+        "info": {k: v[trans] for k, v in storage.info.items()}, "is_success": bool(is_success),
+    }
+
+
+def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
+    from agents.train import TrainResult, seed_everything
+
+    t_cfg = cfg.train
+    seed = int(t_cfg.seed) + rank
+    seed_everything(seed)
+    spec = goal_env_spec(cfg.env.id)
+    n_envs = cfg.env.n_envs
+    agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
+    agent_kwargs["seed"] = seed  # own exploration noise
+    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
+                       device="cpu", n_threads=t_cfg.torch_threads, **agent_kwargs)
+    max_T = spec.max_episode_steps or 50
+    staging = her.EpisodeStorage(4 * max_T * n_envs, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
+                                 max_episode_steps=max_T, n_envs=n_envs, info_shapes={k: () for k in spec.info_keys})
+    env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=seed * 1000)
+    rng = np.random.default_rng(seed)
+    warmup = math.ceil(t_cfg.warmup_steps / max(1, world - 1))
+    _init_rpc(cfg, rank, world)
+
+    version, loaded, sent, steps, stop = 0, {}, 0, 0, False
+    futures: list[Any] = []
+
+    def fetch() -> None:
+        nonlocal version, stop
+        v, weights, stop = rpc.rpc_sync(LEARNER, _rpc_fetch_weights, args=(version,))
+        if weights is not None:
+            _load_policy(agent, weights)
+            version = v
+            loaded[v] = _policy_hash(_policy_state(agent))
+
+    try:
+        fetch()
+        obs, _ = env.reset(seed=seed * 1000)
+        while not stop:
+            if steps < warmup:
+                action = rng.uniform(spec.action_low, spec.action_high, (n_envs, spec.action_dim)).astype(np.float32)
+            else:
+                action = agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
+            next_obs, reward, terminated, truncated, infos = env.step(action)
+            step = split_autoreset(next_obs, terminated, truncated, infos)
+            info = {k: np.asarray(infos[k], np.float32) for k in spec.info_keys}
+            stored = staging.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
+            obs = next_obs
+            steps += n_envs
+            if stored:
+                success = step.is_success[np.flatnonzero(step.done)]
+                for (start, T), ok in zip(stored, success):
+                    sent += 1
+                    futures.append(rpc.rpc_async(LEARNER, _rpc_add_episode,
+                                                 args=(rank, sent, _episode(staging, start, T, ok))))
+                for f in [f for f in futures if f.done()]:
+                    f.wait()  # raises if the learner refused the episode
+                futures = [f for f in futures if not f.done()]
+                fetch()
+        torch.futures.wait_all(futures)
+    except BaseException:
+        env.close()
+        rpc.shutdown(graceful=False)
+        raise
+    env.close()
+    rpc.shutdown()
+    _dump(f"actor{rank}", {"rank": rank, "sent": sent, "env_steps": steps,
+                           "loaded": {str(k): v for k, v in loaded.items()}})
+    return TrainResult(Path(cfg.log.run_dir or "."), steps, float("nan"), [])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _dump(name: str, info: dict[str, Any]) -> None:
+    out = os.environ.get("HER_DIST_DUMP")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.json").write_text(json.dumps(info, indent=1))
+
+
+def _init_rpc(cfg: DictConfig, rank: int, world: int) -> None:
+    """Join the RPC group, then refuse to go on if any rank's config differs from the learner's."""
+    _CONFIG["digest"], _CONFIG["flat"] = config_digest(cfg), _flat_config(cfg)
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=float(cfg.dist.timeout_s),
+                                           init_method="env://")
+    try:
+        rpc.init_rpc(_worker_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
+    except Exception as exc:
+        raise RuntimeError(
+            f"rank {rank}: could not join the RPC group of WORLD_SIZE={world} at "
+            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({type(exc).__name__}: {exc}). "
+            "Check that every rank was started and the address is reachable."
+        ) from exc
+    if rank == 0:
+        got = [rpc.rpc_sync(_worker_name(r), _rpc_config) for r in range(1, world)]
+        digests = [_CONFIG["digest"]] + [d for d, _ in got]
+        flats = [_CONFIG["flat"]] + [f for _, f in got]
+    else:
+        d0, f0 = rpc.rpc_sync(LEARNER, _rpc_config)
+        digests, flats = [d0] + [None] * (rank - 1) + [_CONFIG["digest"]], [f0] + [{}] * (rank - 1) + [_CONFIG["flat"]]
+        digests = [d if d is not None else d0 for d in digests]
+    if len(set(digests)) > 1:
+        msg = config_mismatch_message(flats, digests)
+        rpc.shutdown(graceful=False)
+        raise ValueError(msg)
+
+
+def train_actor_learner(cfg: DictConfig, resume: str | None = None) -> Any:
+    """Run this process's role (learner on rank 0, actor elsewhere) until the learner's env-step budget."""
+    env = rendezvous_env()
+    if env["world_size"] < 2:
+        raise ValueError("dist.mode=actor_learner needs at least 2 processes (rank 0 learns, the others act): "
+                         "launch with `torchrun --standalone --nproc_per_node=3 -m agents.cli ... "
+                         "dist.mode=actor_learner`")
+    if resume:
+        raise ValueError("resume is not supported with dist.mode=actor_learner")
+    torch.set_num_threads(max(1, int(cfg.train.torch_threads)))
+    if env["rank"] == 0:
+        return _run_learner(cfg, env["world_size"])
+    return _run_actor(cfg, env["rank"], env["world_size"])

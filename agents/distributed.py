@@ -1,0 +1,370 @@
+"""Data-parallel training under ``torchrun``: every rank collects with its own envs and learns; gradients,
+normalizer statistics and evaluation results are averaged across ranks.
+
+Launch (one machine, 2 processes)::
+
+    torchrun --standalone --nproc_per_node=2 -m agents.cli fetch_push_ddpg train.total_env_steps=100000
+
+``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
+(plain ``her-train``) :func:`init_distributed` returns a single-process :class:`DistContext` whose hooks are
+no-ops, so the loop behaves exactly as before.
+
+What each rank does (see the ``# DIST`` lines in ``agents/train.py``):
+
+- :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
+  GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved
+  config (a hash is all-gathered; a mismatch names the ranks and keys that differ), then ``train.seed`` becomes
+  ``seed + rank`` so every rank's envs, exploration noise and replay sampling differ;
+- :meth:`DistContext.setup_agent`: rank 0's networks (and normalizers) are broadcast to all ranks; an
+  optimizer step pre-hook averages the gradients of every optimizer of the agent (one flattened all-reduce per
+  optimizer step), so DDPG/TD3/SAC ``update()`` run unchanged and all ranks keep identical parameters;
+  ``update_normalizer`` only records the local (sum, sumsq, count) deltas;
+- :meth:`DistContext.sync_block`: before each block of updates (a fixed point: every rank reaches it at the same
+  env step) the ranks all-gather their normalizer deltas (added in rank order: bit-identical statistics
+  everywhere), whether they can learn and how many updates are pending (the minimum wins), so the number of
+  updates, hence of gradient all-reduces, is the same on every rank and nobody deadlocks, also with episodes of
+  variable length;
+- :meth:`DistContext.average_eval`: evaluation metrics are averaged over ranks (each rank evaluates
+  ``train.eval_episodes`` episodes on its own eval envs); rank 0 alone logs (stdout, ``metrics.csv``, W&B) and
+  writes checkpoints.
+
+Step counts (``train.total_env_steps``, ``warmup_steps``, ``learning_starts``, ``eval_every``,
+``updates_per_step``) are **per rank**: each rank runs the single-process loop on its own envs, so a run
+collects ``world_size x total_env_steps`` env steps; ``env_steps`` in ``metrics.csv`` is rank 0's count and
+``dist/global_env_steps`` / ``dist/global_env_steps_per_s`` the sums over ranks.
+
+Learning rate and number of ranks: gradients are *averaged*, so one update is a step on the mean loss of a
+``world_size x batch_size`` batch with the configured learning rate: the effective step size is unchanged
+(same lr, less gradient noise), and the number of updates per rank-local env step is the single-process one.
+Keep the lr for a few ranks; with many ranks (a much larger effective batch) a larger lr (linear or sqrt
+scaling with ``world_size``) can be tried but is not needed for the Fetch tasks.
+
+Debug hook: with ``HER_DIST_DUMP=<dir>`` each rank writes ``<dir>/rank<r>.json`` at the end (hashes of all
+parameters and of the normalizer statistics, update count), which the tests compare across ranks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+__all__ = [
+    "DistContext",
+    "NullLogger",
+    "config_digest",
+    "init_distributed",
+    "rendezvous_env",
+    "state_hash",
+]
+
+RENDEZVOUS_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def rendezvous_env() -> dict[str, Any]:
+    """``rank``, ``world_size``, ``local_rank`` from the env (1 process without ``WORLD_SIZE``).
+
+    Raises:
+        RuntimeError: ``WORLD_SIZE > 1`` but a rendezvous variable is missing or malformed.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        return {"rank": 0, "world_size": 1, "local_rank": 0}
+    missing = [k for k in RENDEZVOUS_VARS if not os.environ.get(k)]
+    if missing:
+        raise RuntimeError(
+            f"WORLD_SIZE={world} but the rendezvous variable(s) {missing} are not set. Launch with torchrun, "
+            "e.g. `torchrun --standalone --nproc_per_node=2 -m agents.cli ...` (one machine) or "
+            "`torchrun --nnodes=2 --node_rank=N --nproc_per_node=G --rdzv_backend=c10d "
+            "--rdzv_endpoint=HOST:PORT -m agents.cli ...`, or set all of RANK, WORLD_SIZE, MASTER_ADDR, "
+            "MASTER_PORT (or unset WORLD_SIZE for a single process)."
+        )
+    rank = int(os.environ["RANK"])
+    if not 0 <= rank < world:
+        raise RuntimeError(f"RANK={rank} is outside [0, WORLD_SIZE={world})")
+    return {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0)}
+
+
+def _flat_config(cfg: DictConfig | dict) -> dict[str, Any]:
+    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(c, "")
+    return out
+
+
+def config_digest(cfg: DictConfig) -> str:
+    """sha256 of the resolved config (keys sorted)."""
+    return hashlib.sha256(json.dumps(_flat_config(cfg), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def state_hash(tensors: list[torch.Tensor | np.ndarray]) -> str:
+    """sha256 over the bytes of a list of tensors/arrays (identical values <-> identical hash)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        a = t.detach().cpu().contiguous().numpy() if isinstance(t, torch.Tensor) else np.ascontiguousarray(t)
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def config_mismatch_message(flats: list[dict[str, Any]], digests: list[str], what: str = "rank") -> str:
+    """Human-readable message naming the ranks (and keys) whose config differs from rank 0's."""
+    ref = flats[0]
+    parts = []
+    for r, (flat, d) in enumerate(zip(flats, digests)):
+        if d == digests[0]:
+            continue
+        keys = sorted(k for k in set(ref) | set(flat) if ref.get(k) != flat.get(k))
+        diff = ", ".join(f"{k}: rank 0 {ref.get(k)!r} vs rank {r} {flat.get(k)!r}" for k in keys[:8])
+        parts.append(f"{what} {r} ({diff})")
+    bad = [r for r, d in enumerate(digests) if d != digests[0]]
+    return (f"the ranks were launched with different configs: rank(s) {bad} differ from rank 0: "
+            + "; ".join(parts) + ". Launch every rank with the same config file and overrides.")
+
+
+class NullLogger:
+    """The logger of ranks > 0: logs nothing, no W&B run, no metrics.csv."""
+
+    run_id = None
+
+    def progress(self, total: int, initial: int = 0) -> tqdm:
+        return tqdm(total=total, initial=initial, disable=True)
+
+    def log(self, row: dict[str, Any], step: int) -> None:
+        pass
+
+    def log_video(self, agent: Any, env_id: str, step: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+@dataclass
+class DistContext:
+    """Rank information and the data-parallel hooks of the training loop (no-ops with one process)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+    timeout_s: float = 300.0
+    owns_group: bool = False
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    agent: Any = None
+    _pending: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    _hooks: list[Any] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ set-up
+    def prepare_config(self, cfg: DictConfig) -> DictConfig:
+        """Refuse different configs across ranks; return a copy with ``train.seed + rank`` (and the rank's GPU)."""
+        if not self.active:
+            return cfg
+        digest = config_digest(cfg)
+        digests: list[Any] = [None] * self.world_size
+        dist.all_gather_object(digests, digest)
+        if len(set(digests)) > 1:
+            flats: list[Any] = [None] * self.world_size
+            dist.all_gather_object(flats, _flat_config(cfg))
+            raise ValueError(config_mismatch_message(flats, digests))
+        cfg = cfg.copy()
+        cfg.train.seed = int(cfg.train.seed) + self.rank
+        if self.backend == "nccl" and cfg.train.device in ("auto", "cuda"):
+            cfg.train.device = f"cuda:{self.local_rank}"
+        return cfg
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (e.g. the run directory, whose default name has a time stamp)."""
+        if not self.active:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def setup_agent(self, agent: Any) -> None:
+        """Broadcast rank 0's networks and normalizers, hook gradient averaging, buffer normalizer deltas."""
+        self.agent = agent
+        if not self.active:
+            return
+        items = agent._checkpoint_items()
+        with torch.no_grad():
+            for module in (v for v in items.values() if isinstance(v, torch.nn.Module)):
+                for t in list(module.parameters()) + list(module.buffers()):
+                    buf = t.data.to(self.device)
+                    dist.broadcast(buf, src=0)
+                    t.data.copy_(buf)
+        for name in ("obs_normalizer", "goal_normalizer"):
+            norm = getattr(agent, name)
+            norm.load_state_dict(self.broadcast_object(norm.state_dict()))
+            self._pending[name] = [np.zeros(norm.size), np.zeros(norm.size), np.zeros(1)]
+        for opt in (v for v in items.values() if isinstance(v, torch.optim.Optimizer)):
+            self._hooks.append(opt.register_step_pre_hook(self._average_gradients))
+
+        def update_normalizer(observation: np.ndarray, desired_goal: np.ndarray) -> None:
+            for name, x in (("obs_normalizer", observation), ("goal_normalizer", desired_goal)):
+                if np.size(x):
+                    for acc, part in zip(self._pending[name], getattr(agent, name).partial_stats(x)):
+                        acc += part
+
+        agent.update_normalizer = update_normalizer  # instance attribute: the loop's calls now only record
+
+    def _average_gradients(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device)
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset:offset + n].view_as(g))
+            offset += n
+
+    # ------------------------------------------------------------------ loop hooks
+    def sync_block(self, agent: Any, can_learn: bool, pending_updates: float) -> tuple[bool, float]:
+        """Before a block of updates: merge the ranks' normalizer deltas; agree on learning and update count."""
+        if not self.active:
+            return can_learn, pending_updates
+        names = list(self._pending)
+        local = np.concatenate([np.concatenate(self._pending[n]) for n in names]
+                               + [[float(can_learn), float(pending_updates)]])
+        t = torch.as_tensor(local, dtype=torch.float64, device=self.device)
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(out, t)
+        rows = torch.stack(out).cpu().numpy()  # [world, L], summed in rank order on every rank
+        total = rows[0].copy()
+        for r in range(1, self.world_size):
+            total += rows[r]
+        offset = 0
+        for n in names:
+            norm = getattr(agent, n)
+            s, sq, c = (total[offset:offset + norm.size], total[offset + norm.size:offset + 2 * norm.size],
+                        total[offset + 2 * norm.size:offset + 2 * norm.size + 1])
+            offset += 2 * norm.size + 1
+            if c[0] > 0:
+                norm.add_stats(s, sq, c)
+            for acc in self._pending[n]:
+                acc[...] = 0.0
+        return bool(rows[:, -2].min() > 0), float(rows[:, -1].min())
+
+    def average_eval(self, ev: dict[str, float]) -> dict[str, float]:
+        """Evaluation metrics averaged over ranks (each evaluated the same number of episodes)."""
+        if not self.active:
+            return ev
+        keys = sorted(ev)
+        t = torch.tensor([ev[k] for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return dict(zip(keys, (t / self.world_size).cpu().tolist()))
+
+    def row_extras(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``dist/world_size``, ``dist/global_env_steps`` and ``dist/global_env_steps_per_s`` (sums over ranks)."""
+        if not self.active:
+            return {}
+        t = torch.tensor([row["env_steps"], row["env_steps_per_s"]], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        steps, rate = t.cpu().tolist()
+        return {"dist/world_size": self.world_size, "dist/global_env_steps": int(steps),
+                "dist/global_env_steps_per_s": rate}
+
+    # ------------------------------------------------------------------ end
+    def dump(self) -> None:
+        """With ``HER_DIST_DUMP=<dir>``: write this rank's parameter/normalizer hashes to ``<dir>/rank<r>.json``."""
+        out = os.environ.get("HER_DIST_DUMP")
+        if not out or self.agent is None:
+            return
+        agent = self.agent
+        items = agent._checkpoint_items()
+        modules = {k: v for k, v in items.items() if isinstance(v, torch.nn.Module)}
+        info = {
+            "rank": self.rank, "world_size": self.world_size, "num_updates": int(agent.num_updates),
+            "params": {k: state_hash(list(m.state_dict().values())) for k, m in modules.items()},
+            "normalizers": {n: state_hash([getattr(agent, n).sum, getattr(agent, n).sumsq, getattr(agent, n).count])
+                            for n in ("obs_normalizer", "goal_normalizer")},
+            "normalizer_count": float(agent.obs_normalizer.count[0]),
+        }
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"rank{self.rank}.json").write_text(json.dumps(info, indent=1))
+
+    def close(self) -> None:
+        """Dump (debug hook), remove the hooks and destroy the process group this context created."""
+        self.dump()
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self.owns_group = False
+
+
+def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistContext:
+    """Form the data-parallel process group from torchrun's env vars; a 1-process context without them.
+
+    Args:
+        backend: ``auto`` (nccl when CUDA is available, else gloo), ``gloo`` or ``nccl``.
+        timeout_s: how long to wait for all ranks at the rendezvous (and for each collective).
+
+    Raises:
+        RuntimeError: ``WORLD_SIZE > 1`` with missing rendezvous variables, or the group could not form in time.
+    """
+    env = rendezvous_env()
+    if env["world_size"] == 1:
+        return DistContext()
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", env["local_rank"])
+        torch.cuda.set_device(device)
+    ctx = DistContext(rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
+                      backend=backend, timeout_s=timeout_s, device=device)
+    if dist.is_initialized():  # someone else formed it (e.g. a test harness): use it, do not destroy it
+        if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
+            raise RuntimeError(f"a process group of world size {dist.get_world_size()} / rank {dist.get_rank()} "
+                               f"exists but the env says WORLD_SIZE={ctx.world_size} RANK={ctx.rank}")
+        return ctx
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    try:
+        dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        # init is lazy for some backends: a first collective proves every rank is there
+        probe = torch.ones(1, device=device)
+        dist.all_reduce(probe)
+        if int(probe.item()) != ctx.world_size:
+            raise RuntimeError(f"probe all-reduce gave {probe.item()}, expected {ctx.world_size}")
+    except Exception as exc:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise RuntimeError(
+            f"rank {ctx.rank}: could not form the {backend} process group of WORLD_SIZE={ctx.world_size} at "
+            f"{where} within {timeout_s:.0f} s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})."
+            " Check that every rank was started (same --nproc_per_node/--nnodes), that MASTER_ADDR/MASTER_PORT "
+            "are reachable from all nodes, and raise dist.timeout_s for slow starts."
+        ) from exc
+    ctx.owns_group = True
+    return ctx

@@ -1,0 +1,309 @@
+"""Replay benchmarks, measured in one run on 1,000,000 FetchPush-shaped transitions (obs 25, goal 3, action 4).
+
+    python tests/benchmarks/bench_replay.py                    # every section
+    python tests/benchmarks/bench_replay.py --sections sampler # ours vs the gather floor (vs SB3 if installed)
+    /work/benchvenv/bin/python tests/benchmarks/bench_replay.py --sections sampler   # with Stable-Baselines3
+
+Sections:
+- ``sampler`` (issue "The HER sampler as a library"): HER sample throughput at B = 256, 1024, 4096, each batch
+  ending in torch tensors on the CPU, for our ``HerReplayBuffer``, a plain numpy gather of B random rows plus one
+  vectorized reward (the floor), and Stable-Baselines3's ``HerReplayBuffer`` when SB3 is importable (a
+  benchmark-only dependency); ``add()`` cost per transition and bytes per stored transition.
+- ``prioritized`` (issue "Prioritized replay"): prioritized HER sample + priority update at B = 256 against a
+  uniform HER sample, and our batched sum tree against a sum tree walked one sample at a time in a Python loop
+  (the seed implementation's approach, written here as the reference).
+- ``nstep`` (issue "n-step returns"): an n = 3 HER sample against an n = 1 sample at B = 256.
+
+Timings are medians of per-call CPU time of this thread (``time.thread_time``: the shared machine's other
+processes don't inflate it the way they inflate wall time) over repeated calls with fresh random indices (so the
+gathers miss the cache as in training), with BLAS and torch at one thread. Compare the ratios printed, which
+are measured side by side.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import her
+
+N_TRANSITIONS = 1_000_000
+T = 50
+OBS, GOAL, ACT = 25, 3, 4
+THRESHOLD = 0.05
+
+
+def fetch_reward(achieved_goal: np.ndarray, desired_goal: np.ndarray, info=None) -> np.ndarray:
+    """FetchPush's sparse reward: -(distance > 0.05), vectorized."""
+    d = np.linalg.norm(achieved_goal - desired_goal, axis=-1)
+    return -(d > THRESHOLD).astype(np.float32)
+
+
+def fetch_success(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(achieved_goal - desired_goal, axis=-1) <= THRESHOLD
+
+
+def timeit(fn, repeats: int = 200, warmup: int = 10) -> float:
+    """Median seconds per call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        fn()
+        times.append(time.thread_time() - t0)
+    return statistics.median(times)
+
+
+def make_episodes(n_episodes: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n_episodes):
+        ag = (1.3 + 0.1 * rng.standard_normal((T + 1, GOAL))).astype(np.float32)
+        yield dict(
+            observation=rng.standard_normal((T + 1, OBS), dtype=np.float32),
+            action=rng.uniform(-1, 1, (T, ACT)).astype(np.float32),
+            reward=fetch_reward(ag[1:], np.broadcast_to(ag[-1], (T, GOAL))),
+            achieved_goal=ag,
+            desired_goal=(1.3 + 0.1 * rng.standard_normal(GOAL)).astype(np.float32),
+        )
+
+
+def fill_ours(capacity: int = N_TRANSITIONS) -> her.EpisodeStorage:
+    storage = her.EpisodeStorage(capacity, (OBS,), (ACT,), (GOAL,), max_episode_steps=T)
+    for ep in make_episodes(capacity // T):
+        storage.add_episode(ep["observation"], ep["action"], ep["reward"], achieved_goal=ep["achieved_goal"],
+                            desired_goal=ep["desired_goal"])
+    return storage
+
+
+def section_sampler(storage: her.EpisodeStorage) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(1)
+    buffer = her.HerReplayBuffer(storage, fetch_reward, strategy="future", n_sampled_goal=4, seed=0)
+    # The floor: separate plain arrays, B random rows, one vectorized reward, to torch.
+    obs, ag, act = storage.observation.copy(), storage.achieved_goal.copy(), storage.action.copy()
+    dg = storage.desired_goal.copy()
+    n = len(obs) - 1
+
+    def floor(B: int):
+        i = rng.integers(0, n, B)
+        j = i + 1
+        g = dg.take(i, axis=0)
+        r = fetch_reward(ag.take(j, axis=0), g)
+        return [torch.from_numpy(x) for x in (obs.take(i, axis=0), obs.take(j, axis=0), act.take(i, axis=0), g, r)]
+
+    def ours(B: int):
+        return buffer.sample(B).to_torch()
+
+    sb3 = _sb3_buffer()
+    print(f"\n== HER sample, B random transitions from {len(storage):,} stored, ending in torch tensors ==")
+    print(f"{'B':>6} {'floor us':>10} {'ours us':>10} {'ours/floor':>11} {'SB3 us':>10} {'SB3/ours':>9}")
+    for B in (256, 1024, 4096):
+        t_floor, t_ours = timeit(lambda: floor(B)), timeit(lambda: ours(B))
+        t_sb3 = timeit(lambda: sb3.sample(B), repeats=30, warmup=3) if sb3 is not None else float("nan")
+        print(f"{B:>6} {t_floor * 1e6:>10.0f} {t_ours * 1e6:>10.0f} {t_ours / t_floor:>11.2f} "
+              f"{t_sb3 * 1e6:>10.0f} {t_sb3 / t_ours:>9.1f}")
+
+    # add(): one step of one env at a time, as a training loop does.
+    small = her.EpisodeStorage(100_000, (OBS,), (ACT,), (GOAL,), max_episode_steps=T)
+    steps = _step_rows(2000)
+    t0 = time.thread_time()
+    for s in steps:
+        small.add(*s)
+    t_add = (time.thread_time() - t0) / len(steps)
+    print(f"\nadd(): ours {t_add * 1e6:.1f} us per transition", end="")
+    if sb3 is not None:
+        print(f"; SB3 {_sb3_add_cost(steps) * 1e6:.1f} us per transition")
+    else:
+        print("; SB3 not installed")
+    print(f"bytes per stored transition: ours {storage.nbytes / len(storage):.1f}", end="")
+    if sb3 is not None:
+        nbytes = sum(v.nbytes for v in sb3.observations.values()) + sum(v.nbytes for v in sb3.next_observations.values())
+        nbytes += sum(getattr(sb3, k).nbytes for k in ("actions", "rewards", "dones", "timeouts"))
+        nbytes += sum(getattr(sb3, k).nbytes for k in ("ep_start", "ep_length"))
+        print(f"; SB3 {nbytes / sb3.buffer_size:.1f}")
+    else:
+        print()
+
+
+def _step_rows(n_steps: int):
+    rows = []
+    for ep in make_episodes(n_steps // T, seed=5):
+        for t in range(T):
+            o = {"observation": ep["observation"][t:t + 1], "achieved_goal": ep["achieved_goal"][t:t + 1],
+                 "desired_goal": ep["desired_goal"][None]}
+            no = {"observation": ep["observation"][t + 1:t + 2], "achieved_goal": ep["achieved_goal"][t + 1:t + 2],
+                  "desired_goal": ep["desired_goal"][None]}
+            rows.append((o, ep["action"][t:t + 1], ep["reward"][t:t + 1], no, np.array([False]),
+                         np.array([t == T - 1])))
+    return rows
+
+
+def _sb3_env():
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    class PushShaped(gym.Env):
+        observation_space = spaces.Dict({
+            "observation": spaces.Box(-np.inf, np.inf, (OBS,), np.float32),
+            "achieved_goal": spaces.Box(-np.inf, np.inf, (GOAL,), np.float32),
+            "desired_goal": spaces.Box(-np.inf, np.inf, (GOAL,), np.float32)})
+        action_space = spaces.Box(-1, 1, (ACT,), np.float32)
+
+        def compute_reward(self, achieved_goal, desired_goal, info):
+            return fetch_reward(achieved_goal, desired_goal)
+
+        def reset(self, *, seed=None, options=None):
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), -1.0, False, False, {}
+
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    return DummyVecEnv([PushShaped])
+
+
+def _sb3_buffer():
+    try:
+        from stable_baselines3 import HerReplayBuffer
+    except ImportError:
+        print("(stable_baselines3 not installed: SB3 columns skipped; run with /work/benchvenv/bin/python)")
+        return None
+    env = _sb3_env()
+    buf = HerReplayBuffer(N_TRANSITIONS, env.observation_space, env.action_space, env=env, device="cpu",
+                          n_sampled_goal=4, goal_selection_strategy="future")
+    t0 = time.perf_counter()
+    for ep in make_episodes(N_TRANSITIONS // T):
+        for t in range(T):
+            o = {"observation": ep["observation"][t:t + 1], "achieved_goal": ep["achieved_goal"][t:t + 1],
+                 "desired_goal": ep["desired_goal"][None]}
+            no = {"observation": ep["observation"][t + 1:t + 2], "achieved_goal": ep["achieved_goal"][t + 1:t + 2],
+                  "desired_goal": ep["desired_goal"][None]}
+            done = np.array([t == T - 1])
+            buf.add(o, no, ep["action"][t:t + 1], ep["reward"][t:t + 1], done,
+                    [{"TimeLimit.truncated": bool(done[0])}])
+    print(f"(SB3 buffer filled in {time.perf_counter() - t0:.0f} s)")
+    return buf
+
+
+def _sb3_add_cost(steps) -> float:
+    from stable_baselines3 import HerReplayBuffer
+
+    env = _sb3_env()
+    buf = HerReplayBuffer(100_000, env.observation_space, env.action_space, env=env, device="cpu")
+    t0 = time.thread_time()
+    for o, a, r, no, term, trunc in steps:
+        buf.add(o, no, a, r, term | trunc, [{"TimeLimit.truncated": bool(trunc[0])}])
+    return (time.thread_time() - t0) / len(steps)
+
+
+class LoopSumTree:
+    """The seed's sum tree: a binary tree in one array, updated and searched one sample at a time."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.tree = np.zeros(2 * capacity - 1)
+
+    def update(self, leaf: int, p: float) -> None:
+        i = leaf + self.capacity - 1
+        change = p - self.tree[i]
+        self.tree[i] = p
+        while i != 0:
+            i = (i - 1) // 2
+            self.tree[i] += change
+
+    def get_leaf(self, v: float) -> int:
+        parent = 0
+        while True:
+            left, right = 2 * parent + 1, 2 * parent + 2
+            if left >= len(self.tree):
+                return parent - self.capacity + 1
+            if v <= self.tree[left]:
+                parent = left
+            else:
+                v -= self.tree[left]
+                parent = right
+
+
+def section_prioritized(storage: her.EpisodeStorage) -> None:
+    rng = np.random.default_rng(2)
+    uniform = her.HerReplayBuffer(storage, fetch_reward, seed=0)
+    per_sampler = her.PrioritizedSampler(storage, alpha=0.6, beta0=0.4, beta_annealing_steps=10_000)
+    per = her.HerReplayBuffer(storage, fetch_reward, sampler=per_sampler, seed=0)
+    B = 256
+
+    def per_step():
+        b = per.sample(B)
+        per.update_priorities(b.index, rng.random(B))
+
+    t_uniform, t_per = timeit(lambda: uniform.sample(B)), timeit(per_step)
+    print(f"\n== Prioritized HER sample + priority update, B = {B}, {len(storage):,} stored ==")
+    print(f"uniform HER sample {t_uniform * 1e6:.0f} us; prioritized sample + update {t_per * 1e6:.0f} us; "
+          f"ratio {t_per / t_uniform:.2f} (goal <= 3)")
+
+    # Trees alone: batched K-ary tree vs the seed's loop tree, same capacity, same work (stratified find + update).
+    cap = storage.n_slots
+    loop_tree = LoopSumTree(cap)
+    leaves = per_sampler.sum_tree.leaves
+    loop_tree.tree[cap - 1:] = leaves
+    for level_start in range(cap - 2, -1, -1):  # build internal nodes bottom-up
+        loop_tree.tree[level_start] = loop_tree.tree[2 * level_start + 1] + loop_tree.tree[2 * level_start + 2]
+    total = loop_tree.tree[0]
+
+    def loop_step():
+        seg = total / B
+        idx = [loop_tree.get_leaf(rng.uniform(seg * i, seg * (i + 1))) for i in range(B)]
+        for i in idx:
+            loop_tree.update(i, float(rng.random()))
+
+    tree = per_sampler.sum_tree
+
+    def batched_step():
+        masses = (np.arange(B) + rng.random(B)) * (tree.total / B)
+        idx = tree.find(masses)
+        tree.update(idx, rng.random(B))
+
+    t_loop, t_batched = timeit(loop_step, repeats=20, warmup=2), timeit(batched_step)
+    print(f"sum tree find + update of {B}: Python loop (seed) {t_loop * 1e6:.0f} us; batched {t_batched * 1e6:.0f} us;"
+          f" speed-up {t_loop / t_batched:.1f}x (goal >= 20)")
+
+
+def section_nstep(storage: her.EpisodeStorage) -> None:
+    B = 256
+    one = her.HerReplayBuffer(storage, fetch_reward, n_step=1, seed=0)
+    three = her.HerReplayBuffer(storage, fetch_reward, n_step=3, seed=0)
+    three_stop = her.HerReplayBuffer(storage, fetch_reward, n_step=3, seed=0, stop_at_success=True,
+                                     compute_success=fetch_success)
+    t1, t3, t3s = timeit(lambda: one.sample(B)), timeit(lambda: three.sample(B)), timeit(lambda: three_stop.sample(B))
+    print(f"\n== n-step HER sample, B = {B}, {len(storage):,} stored ==")
+    print(f"n = 1: {t1 * 1e6:.0f} us; n = 3: {t3 * 1e6:.0f} us (ratio {t3 / t1:.2f}, goal <= 2); "
+          f"n = 3 stop at success: {t3s * 1e6:.0f} us (ratio {t3s / t1:.2f})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sections", nargs="+", default=["sampler", "prioritized", "nstep"],
+                        choices=["sampler", "prioritized", "nstep"])
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    storage = fill_ours()
+    print(f"filled our storage with {len(storage):,} transitions in {time.perf_counter() - t0:.1f} s")
+    for name in args.sections:
+        globals()[f"section_{name}"](storage)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

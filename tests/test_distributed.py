@@ -1,0 +1,159 @@
+"""Multi-process training: data-parallel (gradient all-reduce) and actor-learner (RPC), launched with torchrun
+on localhost (gloo, 1 torch thread per process). The learning runs are marked ``slow``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.config import load_config
+from agents.distributed import init_distributed, rendezvous_env
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+TINY = ["train.warmup_steps=100", "train.learning_starts=100", "train.eval_episodes=4", "env.eval_envs=2",
+        "agent.hidden=[64,64]", "log.progress=false"]
+
+
+def _torchrun(nproc: int, args: list[str], run_dir: Path, dump: Path, env: dict | None = None,
+              timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HER_DIST_DUMP": str(dump),
+                "PYTHONPATH": str(ROOT), **(env or {})}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(HERE / "_dist_launch.py"), "fetch_reach_ddpg", f"log.run_dir={run_dir}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT, check=False)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+# ----------------------------------------------------------------------------------------------- data parallel
+
+
+def test_data_parallel_ranks_hold_identical_parameters_and_normalizers(tmp_path):
+    run_dir, dump = tmp_path / "run", tmp_path / "dump"
+    proc = _torchrun(2, ["train.total_env_steps=300", "train.eval_every=300", *TINY], run_dir, dump)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = _json(dump / "rank0.json"), _json(dump / "rank1.json")
+    assert r0["num_updates"] == r1["num_updates"] == 80  # 0.4 updates x 200 learning steps, same K on both
+    assert r0["params"] == r1["params"], "parameters differ across ranks after K updates"
+    assert r0["normalizers"] == r1["normalizers"]
+    assert r0["normalizer_count"] == 2 * 300  # both ranks' episodes in every rank's statistics
+    rows = _rows(run_dir)  # rank 0 alone writes metrics.csv (one row, not two)
+    assert len(rows) == 1 and int(rows[0]["dist/world_size"]) == 2 and int(rows[0]["dist/global_env_steps"]) == 600
+    assert (run_dir / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
+def test_data_parallel_fetch_reach_two_ranks_reaches_090(tmp_path):
+    run_dir, dump = tmp_path / "run", tmp_path / "dump"
+    proc = _torchrun(2, ["train.total_env_steps=2000", "train.eval_every=1000", "train.eval_episodes=10",
+                         "log.progress=false"], run_dir, dump)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(run_dir)
+    print("2-rank FetchReach eval success:", [(r["dist/global_env_steps"], r["eval/success_rate"]) for r in rows])
+    assert float(rows[-1]["eval/success_rate"]) >= 0.9
+    assert _json(dump / "rank0.json")["params"] == _json(dump / "rank1.json")["params"]
+
+
+# ----------------------------------------------------------------------------------------------- actor-learner
+
+
+def _check_actor_learner(dump: Path, n_actors: int) -> dict:
+    learner = _json(dump / "learner.json")
+    actors = [_json(dump / f"actor{r}.json") for r in range(1, n_actors + 1)]
+    for a in actors:  # every episode an actor sent was stored exactly once
+        assert learner["received"][str(a["rank"])] == a["sent"] > 0
+    assert learner["duplicates"] == 0
+    assert learner["n_episodes_added"] == sum(a["sent"] for a in actors)
+    for a in actors:  # actors' weights follow the learner's: each loaded version hashes like the published one
+        assert a["loaded"], "actor never loaded weights"
+        for version, h in a["loaded"].items():
+            assert learner["published"][version] == h, f"actor {a['rank']} version {version}"
+    return learner
+
+
+def test_actor_learner_stores_every_episode_once_and_actors_follow_weights(tmp_path):
+    run_dir, dump = tmp_path / "run", tmp_path / "dump"
+    proc = _torchrun(3, ["dist.mode=actor_learner", "dist.weight_sync_every=10", "train.total_env_steps=600",
+                         "train.eval_every=600", *TINY], run_dir, dump)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    learner = _check_actor_learner(dump, 2)
+    assert learner["env_steps"] >= 600
+    assert len(learner["published"]) > 1
+
+
+@pytest.mark.slow
+def test_actor_learner_fetch_reach_reaches_090(tmp_path):
+    run_dir, dump = tmp_path / "run", tmp_path / "dump"
+    proc = _torchrun(3, ["dist.mode=actor_learner", "dist.weight_sync_every=20", "train.total_env_steps=3000",
+                         "train.eval_every=1000", "train.eval_episodes=20", "log.progress=false"], run_dir, dump)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_actor_learner(dump, 2)
+    rows = _rows(run_dir)
+    print("actor-learner FetchReach eval success:", [(r["env_steps"], r["eval/success_rate"]) for r in rows])
+    assert float(rows[-1]["eval/success_rate"]) >= 0.9
+
+
+# ----------------------------------------------------------------------------------------------- bad launches
+
+
+@pytest.mark.parametrize("mode", ["data_parallel", "actor_learner"])
+def test_ranks_with_different_configs_are_refused(tmp_path, mode):
+    proc = _torchrun(2, [f"dist.mode={mode}", "train.total_env_steps=200", "dist.timeout_s=60", *TINY],
+                     tmp_path / "run", tmp_path / "dump", env={"HER_TEST_RANK1_OVERRIDES": "train.batch_size=128"})
+    assert proc.returncode != 0
+    assert "different configs" in proc.stderr and "train.batch_size" in proc.stderr, proc.stderr[-3000:]
+    assert "rank(s) [1]" in proc.stderr
+
+
+def test_world_size_without_master_addr_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with pytest.raises(RuntimeError, match=r"MASTER_ADDR.*torchrun"):
+        init_distributed()
+
+
+def test_process_group_that_cannot_form_times_out_with_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    code = "from agents.distributed import init_distributed; init_distributed('gloo', timeout_s=3)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=ROOT, check=False)
+    assert proc.returncode != 0
+    assert "could not form the gloo process group of WORLD_SIZE=2" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_single_process_is_a_no_op(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ctx = init_distributed()
+    assert not ctx.active and ctx.is_main and rendezvous_env()["world_size"] == 1
+    cfg = load_config("fetch_reach_ddpg")
+    assert ctx.prepare_config(cfg) is cfg
+    assert ctx.sync_block(None, True, 3.5) == (True, 3.5)
+    assert ctx.average_eval({"success_rate": 0.5}) == {"success_rate": 0.5} and ctx.row_extras({}) == {}
+
+
+def test_actor_learner_needs_two_processes(monkeypatch):
+    from agents.actor_learner import train_actor_learner
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="at least 2 processes"):
+        train_actor_learner(load_config("fetch_reach_ddpg", ["dist.mode=actor_learner"]))

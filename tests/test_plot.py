@@ -1,0 +1,105 @@
+"""``her-plot``: learning curves from run directories' ``metrics.csv`` into one PNG; clear errors on bad input."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.plot import main, read_metrics
+
+FIELDS = ["env_steps", "episodes", "updates", "wall_time", "eval/success_rate", "eval/final_distance",
+          "train/success_rate", "env_steps_per_s"]
+
+
+def _write_run(run_dir: Path, steps: list[int], success: list[float], seconds_per_step: float) -> Path:
+    """A run directory with a hand-written metrics.csv, as the training loop writes it."""
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        for s, p in zip(steps, success):
+            w.writerow({"env_steps": s, "episodes": s // 50, "updates": int(0.4 * s),
+                        "wall_time": round(s * seconds_per_step, 2), "eval/success_rate": p,
+                        "eval/final_distance": 0.2 * (1 - p), "train/success_rate": "", "env_steps_per_s": 100})
+    return run_dir
+
+
+@pytest.fixture
+def runs(tmp_path) -> list[Path]:
+    steps = [1000, 2000, 3000, 4000]
+    return [
+        _write_run(tmp_path / "a-s0", steps, [0.1, 0.4, 0.7, 0.9], 0.010),
+        _write_run(tmp_path / "a-s1", steps[:3], [0.0, 0.5, 0.8], 0.012),  # stopped early: shorter curve
+        _write_run(tmp_path / "b-s0", steps, [0.0, 0.1, 0.3, 0.5], 0.008),
+    ]
+
+
+def _check_png(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.image as mpimg
+
+    assert path.is_file()
+    assert path.stat().st_size > 10_000, path.stat().st_size  # two panels of curves, not an empty canvas
+    img = mpimg.imread(path)
+    assert img.shape[:2] == (440, 1210), img.shape  # figsize (11, 4) at 110 dpi
+    assert img.shape[2] in (3, 4)
+    assert img[..., :3].std() > 0.05  # something was drawn
+
+
+def test_her_plot_writes_png_of_grouped_runs(runs, tmp_path):
+    out = tmp_path / "plots" / "compare.png"
+    proc = subprocess.run([sys.executable, "-m", "agents.plot", str(runs[0]), str(runs[1]), "--label", "A",
+                           str(runs[2]), "--label", "B", "--out", str(out), "--title", "synthetic"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"wrote {out}" in proc.stdout
+    _check_png(out)
+
+
+def test_her_plot_other_metric_and_single_run(runs, tmp_path):
+    out = tmp_path / "dist.png"
+    assert main([str(runs[2]), "--metric", "eval/final_distance", "--out", str(out)]) == 0
+    _check_png(out)
+
+
+def test_read_metrics_columns(runs):
+    m = read_metrics(runs[1])
+    assert list(m["env_steps"]) == [1000, 2000, 3000]
+    assert list(m["eval/success_rate"]) == [0.0, 0.5, 0.8]
+    assert np.isnan(m["train/success_rate"]).all()  # empty cells are NaN
+
+
+def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
+    missing = tmp_path / "no-such-run"
+    proc = subprocess.run([sys.executable, "-m", "agents.plot", str(runs[0]), str(missing), "--out",
+                           str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"no metrics.csv at {missing}" in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("empty", "has no rows"),
+    ("metric", "no column 'eval/nope'"),
+    ("nothing", "no run directories given"),
+    ("label_first", "no run directories before it"),
+])
+def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expect):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.csv").write_text(",".join(FIELDS) + "\n")
+    argv = {"empty": [str(runs[0]), str(empty)], "metric": [str(runs[0]), "--metric", "eval/nope"],
+            "nothing": ["--out", str(tmp_path / "x.png")], "label_first": ["--label", "A", str(runs[0])]}[case]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", str(tmp_path / "x.png")])
+    assert exc.value.code == 2
+    assert expect in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()

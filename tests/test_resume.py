@@ -1,0 +1,207 @@
+"""Resumable runs: a training run killed with SIGKILL continues from its last checkpoint with ``--resume``.
+
+Semantics checked here (README "Training", ``agents/checkpoint.py``, ``agents/logger.py``):
+
+- ``checkpoint.pt`` (and ``replay.npz`` with ``log.save_replay=true``) is written at each evaluation, after that
+  evaluation's ``metrics.csv`` row; a kill at any moment leaves a complete, loadable checkpoint and a replay
+  file of the *same* env step (never a half-written file, never a temp file after the next save or resume).
+- ``her-train --resume RUN_DIR`` restores networks, normalizers, optimizers, counters, RNG states and the replay
+  storage, then continues from the checkpoint's env steps to ``train.total_env_steps``. The work done between
+  the checkpoint and the kill is lost and redone.
+- ``metrics.csv`` keeps its rows up to the checkpoint's env steps unchanged; rows the killed run logged after
+  its checkpoint are dropped (their evaluations are redone). So after the resume the file has exactly one row
+  per evaluation, ``env_steps`` strictly increasing.
+- W&B: the resumed run reuses the checkpoint's run id (``resume="allow"``).
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
+from agents.config import load_config
+from agents.train import train
+
+EVAL_EVERY = 500
+TOTAL = 2000
+# Small and fast: ~150 env steps/s on one busy CPU core.
+FAST = ["train.warmup_steps=100", "train.learning_starts=100", "train.eval_episodes=2", "env.eval_envs=2",
+        "agent.hidden=[64,64]", "train.batch_size=64", "replay.capacity=5000", "log.progress=false"]
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _leftovers(run_dir: Path) -> list[str]:
+    """Temp files or replays not yet moved into place: none may remain after a save or a resume."""
+    return sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".tmp") or p.name.startswith("replay-"))
+
+
+def _episodes(replay_arrays: dict) -> int:
+    return len(replay_arrays["storage/episodes"])
+
+
+def _wait_for_checkpoint(proc: subprocess.Popen, ckpt: Path, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"training ended (rc {proc.returncode}) before its first checkpoint"
+        if ckpt.exists():
+            return load_checkpoint(ckpt)  # os.replace is atomic: never a partial file under this name
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint after {timeout} s")
+
+
+def test_killed_run_resumes_from_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agents.cli", "fetch_reach_ddpg", f"train.total_env_steps={TOTAL}",
+             f"train.eval_every={EVAL_EVERY}", "log.save_replay=true", f"log.run_dir={run_dir}", *FAST],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            first = _wait_for_checkpoint(proc, run_dir / "checkpoint.pt", timeout=240)
+            time.sleep(1.0)  # past the checkpoint: mid-way to the next evaluation (500 steps take ~3 s)
+            assert proc.poll() is None, "the run finished before it could be killed; raise TOTAL"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    # The checkpoint on disk now (maybe newer than the first one seen) is complete and loads.
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    steps = state["counters"]["env_steps"]
+    assert steps >= first["counters"]["env_steps"] >= EVAL_EVERY
+    assert steps % EVAL_EVERY == 0 and steps < TOTAL, steps
+    assert state["counters"]["episodes"] == steps // 50
+    assert set(state) >= {"agent", "config", "counters", "rng", "wandb_id"}
+    wandb_id = state["wandb_id"]
+    assert wandb_id
+    # Its replay is the one of the same env step (finishing a save killed between checkpoint and replay).
+    replay = load_replay_arrays(run_dir, steps)
+    assert replay is not None and _episodes(replay) == steps // 50
+    assert _leftovers(run_dir) == []
+
+    # Rows up to the checkpoint are kept as they are; simulate a kill between an evaluation's metrics.csv row
+    # and its checkpoint by adding the row the killed run would have logged next.
+    kept = [r for r in _rows(run_dir / "metrics.csv") if int(r["env_steps"]) <= steps]
+    assert [int(r["env_steps"]) for r in kept] == list(range(EVAL_EVERY, steps + 1, EVAL_EVERY))
+    with open(run_dir / "metrics.csv", "a", newline="") as f:
+        fields = list(kept[0])
+        ghost = {k: "" for k in fields} | {"env_steps": steps + EVAL_EVERY, "eval/success_rate": 0.123456}
+        csv.DictWriter(f, fields).writerow(ghost)
+
+    t0 = time.perf_counter()
+    proc2 = subprocess.run([sys.executable, "-m", "agents.cli", "--resume", str(run_dir)], capture_output=True,
+                           text=True, env=env, timeout=600, check=False)
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    print(f"resumed from {steps} env steps; resume took {time.perf_counter() - t0:.1f} s")
+
+    rows = _rows(run_dir / "metrics.csv")
+    got = [int(r["env_steps"]) for r in rows]
+    assert got == list(range(EVAL_EVERY, TOTAL + 1, EVAL_EVERY)), got  # strictly increasing, no duplicates
+    assert rows[: len(kept)] == [{**r, **{k: "" for k in rows[0] if k not in r}} for r in kept]
+    assert "0.123456" not in {r["eval/success_rate"] for r in rows}
+    after = rows[len(kept):]
+    assert all(int(r["episodes"]) == int(r["env_steps"]) // 50 for r in after)
+    assert all(int(r["updates"]) > int(kept[-1]["updates"]) for r in after)
+    assert all(float(r["wall_time"]) > float(kept[-1]["wall_time"]) for r in after)
+
+    final = load_checkpoint(run_dir / "checkpoint.pt")
+    assert final["counters"]["env_steps"] == TOTAL
+    assert final["counters"]["episodes"] == TOTAL // 50
+    assert final["counters"]["evals"] == TOTAL // EVAL_EVERY
+    assert final["wandb_id"] == wandb_id
+    # The replay was restored: it holds the episodes from before the kill and those after the resume.
+    final_replay = load_replay_arrays(run_dir, TOTAL)
+    assert _episodes(final_replay) == TOTAL // 50
+    assert int(final_replay["storage/scalars"][3]) == TOTAL // 50  # episodes ever added
+    assert _leftovers(run_dir) == []
+    # Both W&B offline runs (killed and resumed) carry the same run id.
+    runs = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
+    assert len(runs) == 2 and all(r.endswith(f"-{wandb_id}") for r in runs), runs
+
+
+def _small_cfg(run_dir: Path, *extra: str):
+    return load_config("fetch_reach_ddpg", [
+        "train.total_env_steps=300", "train.eval_every=100", f"log.run_dir={run_dir}", "log.wandb.mode=disabled",
+        "log.save_replay=true", *FAST, *extra])
+
+
+def _failing_after(real, n_ok: int, calls: list):
+    """Wrap a writer ``real(f, ...)``/``real(obj, f)``: the first ``n_ok`` calls work, the next writes part of its
+    bytes to the file, then raises as a full disk would."""
+
+    def fake(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= n_ok:
+            return real(*args, **kwargs)
+        f = next(a for a in args if hasattr(a, "write"))
+        buf = io.BytesIO()
+        real(*[buf if a is f else a for a in args], **kwargs)
+        f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+        raise OSError(28, "No space left on device (simulated)")
+
+    return fake
+
+
+@pytest.mark.parametrize("writer", ["checkpoint", "replay"])
+def test_interrupted_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkeypatch, writer):
+    run_dir = tmp_path / "run"
+    calls: list = []
+    if writer == "checkpoint":
+        monkeypatch.setattr(torch, "save", _failing_after(torch.save, 1, calls))
+    else:
+        monkeypatch.setattr(np, "savez_compressed", _failing_after(np.savez_compressed, 1, calls))
+    with pytest.raises(OSError, match="simulated"):
+        train(_small_cfg(run_dir))
+    assert len(calls) == 2
+    monkeypatch.undo()
+
+    state = load_checkpoint(run_dir / "checkpoint.pt")  # the previous one, complete
+    assert state["counters"]["env_steps"] == 100
+    assert _leftovers(run_dir) == [], "a failed write left files behind"
+    replay = load_replay_arrays(run_dir, 100)
+    assert _episodes(replay) == 2
+    assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 200]
+
+    result = train(_small_cfg(run_dir), resume=str(run_dir))
+    assert result.env_steps == 300
+    assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 200, 300]
+    assert _episodes(load_replay_arrays(run_dir, 300)) == 6
+
+
+def test_resume_finishes_a_save_killed_between_checkpoint_and_replay(tmp_path):
+    """Kill points of ``save_run_state`` (checkpoint and replay cannot be replaced together atomically)."""
+    old = {"storage/x": np.arange(3)}
+    new = {"storage/x": np.arange(5)}
+    save_run_state(tmp_path, {"counters": {"env_steps": 100}}, old)
+    # Killed after the new replay was written, before the checkpoint: the old pair is used, the stray removed.
+    np.savez_compressed(tmp_path / "replay-200.npz", **new, **{"meta/env_steps": np.int64(200)})
+    (tmp_path / "checkpoint.pt.abc.tmp").write_bytes(b"half a checkpoint")
+    np.testing.assert_array_equal(load_replay_arrays(tmp_path, 100)["storage/x"], old["storage/x"])
+    assert _leftovers(tmp_path) == []
+    # Killed after the checkpoint, before the rename: the new replay is moved into place.
+    np.savez_compressed(tmp_path / "replay-200.npz", **new, **{"meta/env_steps": np.int64(200)})
+    np.testing.assert_array_equal(load_replay_arrays(tmp_path, 200)["storage/x"], new["storage/x"])
+    assert _leftovers(tmp_path) == []
+    # A replay of another checkpoint is refused, never silently paired.
+    with pytest.raises(ValueError, match="do not belong together"):
+        load_replay_arrays(tmp_path, 300)

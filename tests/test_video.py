@@ -1,0 +1,154 @@
+"""Headless evaluation videos: ``her-eval CHECKPOINT --video out.mp4|out.gif`` with MUJOCO_GL=egl / osmesa, and
+clear messages (never a traceback, never a stopped training) when no OpenGL backend works.
+
+Every subprocess gets its own ``MUJOCO_GL``: MuJoCo reads it when it is first imported. ``DISPLAY`` is removed so
+``glfw`` cannot open a window, as on a headless server.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes.util
+import glob
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+
+from agents.config import load_config
+from agents.train import train
+
+EPISODE_STEPS = 50  # FetchReach-v4 time limit: each episode renders its reset frame plus one per step
+SIZE = (480, 480)
+HAVE = {"egl": ctypes.util.find_library("EGL"), "osmesa": ctypes.util.find_library("OSMesa")}
+INSTALL = {"egl": "libegl1 libegl-mesa0", "osmesa": "libosmesa6"}
+
+
+def _env(gl: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY", "PYOPENGL_PLATFORM")}
+    env["WANDB_MODE"] = "offline"
+    if gl is not None:
+        env["MUJOCO_GL"] = gl
+    return env
+
+
+def _her_eval(*args: str, gl: str | None) -> subprocess.CompletedProcess:
+    code = f"import sys; from agents.cli import eval_main; sys.exit(eval_main({list(args)!r}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(gl), timeout=300,
+                          check=False)
+
+
+def _needs(gl: str) -> None:
+    if not HAVE[gl]:
+        pytest.skip(f"MUJOCO_GL={gl} needs lib{'EGL' if gl == 'egl' else 'OSMesa'} (Debian: {INSTALL[gl]}), "
+                    "not found by ctypes.util.find_library")
+
+
+def _read_frames(path: Path) -> list:
+    reader = imageio.get_reader(path)
+    try:
+        return [f for f in reader]
+    finally:
+        reader.close()
+
+
+@pytest.fixture(scope="module")
+def reach_checkpoint(tmp_path_factory) -> Path:
+    """A FetchReach-v4 DDPG checkpoint after 200 env steps (a barely trained policy is enough to film)."""
+    run_dir = tmp_path_factory.mktemp("video") / "run"
+    train(load_config("fetch_reach_ddpg", [
+        "train.total_env_steps=200", "train.eval_every=200", "train.warmup_steps=100", "train.learning_starts=100",
+        "train.eval_episodes=2", "env.eval_envs=2", "agent.hidden=[64,64]", "train.batch_size=64",
+        f"log.run_dir={run_dir}", "log.progress=false", "log.wandb.mode=disabled"]))
+    return run_dir / "checkpoint.pt"
+
+
+def _check_report(stdout: str, episodes: int) -> None:
+    m = re.search(r"success rate (\d\.\d+) over (\d+) episodes, mean final distance (\d+\.\d+)", stdout)
+    assert m, stdout
+    assert 0.0 <= float(m.group(1)) <= 1.0 and int(m.group(2)) == episodes and float(m.group(3)) >= 0.0
+
+
+# Both backends with mp4 (2 episodes); the GIF writer once (1 episode: encoding a GIF is slow on a busy CPU).
+@pytest.mark.parametrize("gl, ext, episodes", [("egl", "mp4", 2), ("osmesa", "mp4", 2), ("egl", "gif", 1)])
+def test_her_eval_writes_video_with_one_frame_per_step(reach_checkpoint, tmp_path, gl, ext, episodes):
+    _needs(gl)
+    out = tmp_path / f"reach.{ext}"
+    proc = _her_eval(str(reach_checkpoint), "--episodes", "2", "--video", str(out), "--video-episodes",
+                     str(episodes), gl=gl)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_report(proc.stdout, 2)
+    frames = _read_frames(out)
+    assert len(frames) == episodes * (EPISODE_STEPS + 1), (len(frames), proc.stdout)
+    assert {f.shape[:2] for f in frames} == {SIZE}
+    assert f"{len(frames)} frames, 480x480" in proc.stdout
+
+
+def test_her_eval_video_without_mujoco_gl_defaults_to_a_headless_backend(reach_checkpoint, tmp_path):
+    """MUJOCO_GL unset, no display: her-eval picks egl, so the video works (or says clearly why not)."""
+    out = tmp_path / "reach.mp4"
+    proc = _her_eval(str(reach_checkpoint), "--episodes", "2", "--video", str(out), "--video-episodes", "1",
+                     gl=None)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    if HAVE["egl"]:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(_read_frames(out)) == EPISODE_STEPS + 1
+    else:
+        assert proc.returncode == 1 and "her-eval: no video" in proc.stderr
+
+
+def test_her_eval_with_unknown_gl_backend_gives_clear_error(reach_checkpoint, tmp_path):
+    proc = _her_eval(str(reach_checkpoint), "--episodes", "2", "--video", str(tmp_path / "x.mp4"), gl="nonsense")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "MUJOCO_GL='nonsense' is not a MuJoCo OpenGL backend" in proc.stderr, proc.stderr[-3000:]
+    assert "egl" in proc.stderr and "osmesa" in proc.stderr
+    assert not (tmp_path / "x.mp4").exists()
+
+
+def test_her_eval_with_broken_gl_backend_reports_and_still_evaluates(reach_checkpoint, tmp_path):
+    """glfw without a display cannot make a GL context: the evaluation is reported, the video refused clearly."""
+    proc = _her_eval(str(reach_checkpoint), "--episodes", "2", "--video", str(tmp_path / "x.gif"), gl="glfw")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "her-eval: no video: cannot render FetchReach-v4 with MUJOCO_GL='glfw'" in proc.stderr
+    assert "libosmesa6" in proc.stderr  # says what to install
+    _check_report(proc.stdout, 2)
+    assert not (tmp_path / "x.gif").exists()
+
+
+def _train_with_video(run_dir: Path, gl: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agents.cli", "fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
+         "train.warmup_steps=100", "train.learning_starts=100", "train.eval_episodes=2", "env.eval_envs=2",
+         "agent.hidden=[64,64]", "train.batch_size=64", "log.video_every=1", "log.wandb.mode=offline",
+         f"log.run_dir={run_dir}", "log.progress=false"],
+        capture_output=True, text=True, env=_env(gl), timeout=300, check=False)
+
+
+def test_training_goes_on_when_video_rendering_fails(tmp_path):
+    proc = _train_with_video(tmp_path / "run", gl="glfw")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert out.count("video skipped") == 1, out[-3000:]  # said once, not at every evaluation
+    assert "cannot render FetchReach-v4 with MUJOCO_GL='glfw'" in out
+    with open(tmp_path / "run" / "metrics.csv", newline="") as f:
+        assert [int(r["env_steps"]) for r in csv.DictReader(f)] == [100, 200]
+    assert not glob.glob(str(tmp_path / "run" / "videos" / "*"))
+
+
+def test_training_logs_eval_videos_to_run_dir_and_wandb(tmp_path):
+    _needs("egl")
+    proc = _train_with_video(tmp_path / "run", gl="egl")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "video skipped" not in proc.stdout + proc.stderr
+    videos = sorted(glob.glob(str(tmp_path / "run" / "videos" / "eval_*.mp4")))
+    assert [Path(v).name for v in videos] == ["eval_000000100.mp4", "eval_000000200.mp4"]
+    assert len(_read_frames(Path(videos[0]))) == EPISODE_STEPS + 1
+    logged = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "eval"
+                           / "*.mp4"))
+    assert len(logged) == 2, logged
