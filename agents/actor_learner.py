@@ -48,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
+from agents.collect import choose_action, collect_step
 from agents.distributed import (
     _flat_config,
     config_digest,
@@ -57,7 +58,7 @@ from agents.distributed import (
 )
 from agents.logger import RunLogger
 from agents.registry import make_agent
-from envs import goal_env_spec, make_vector_env, split_autoreset
+from envs import goal_env_spec, make_vector_env
 
 __all__ = ["train_actor_learner"]
 
@@ -327,15 +328,8 @@ def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
         fetch()
         obs, _ = env.reset(seed=seed * 1000)
         while not stop:
-            if steps < warmup:
-                action = rng.uniform(spec.action_low, spec.action_high, (n_envs, spec.action_dim)).astype(np.float32)
-            else:
-                action = agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
-            next_obs, reward, terminated, truncated, infos = env.step(action)
-            step = split_autoreset(next_obs, terminated, truncated, infos)
-            info = {k: np.asarray(infos[k], np.float32) for k in spec.info_keys}
-            stored = staging.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
-            obs = next_obs
+            action = choose_action(agent, obs, spec, n_envs, steps < warmup, rng)
+            obs, step, stored = collect_step(env, obs, action, staging, spec.info_keys)
             steps += n_envs
             if stored:
                 success = step.is_success[np.flatnonzero(step.done)]

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
+from agents.collect import choose_action, collect_step
 from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 from agents.distributed import NullLogger, init_distributed  # DIST
 from agents.logger import RunLogger
@@ -155,17 +156,9 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
     replay.storage.discard_in_progress()
     try:
         while counters["env_steps"] < t_cfg.total_env_steps:
-            # -- act
-            if counters["env_steps"] < t_cfg.warmup_steps:
-                action = rng.uniform(spec.action_low, spec.action_high, (n_envs, spec.action_dim)).astype(np.float32)
-            else:
-                action = agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
-            # -- step and store (the real next state, never the autoreset one)
-            next_obs, reward, terminated, truncated, infos = env.step(action)
-            step = split_autoreset(next_obs, terminated, truncated, infos)
-            info = {k: np.asarray(infos[k], np.float32) for k in spec.info_keys}
-            stored = replay.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
-            obs = next_obs
+            # -- act, step, store (the real next state, never the autoreset one)
+            action = choose_action(agent, obs, spec, n_envs, counters["env_steps"] < t_cfg.warmup_steps, rng)
+            obs, step, stored = collect_step(env, obs, action, replay.storage, spec.info_keys)
             counters["env_steps"] += n_envs
             if step.done.any():
                 train_successes += step.is_success[step.done].astype(float).tolist()

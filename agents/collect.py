@@ -1,0 +1,36 @@
+"""One step of experience collection, shared by the training loop and the Ape-X actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envs import VectorStep, split_autoreset
+
+__all__ = ["choose_action", "collect_step"]
+
+
+def choose_action(agent: Any, obs: dict[str, np.ndarray], spec: Any, n_envs: int, warmup: bool,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Uniform random actions during warm-up, else the agent's exploring action; float32 [n_envs, action_dim]."""
+    if warmup:
+        return rng.uniform(spec.action_low, spec.action_high, (n_envs, spec.action_dim)).astype(np.float32)
+    return agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
+
+
+def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, storage: Any,
+                 info_keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], VectorStep, list[tuple[int, int]]]:
+    """Step a SAME_STEP-autoreset vector env and store the transition of every env.
+
+    The stored next state is the real one (``final_obs`` where an episode ended), never the reset observation.
+
+    Returns:
+        the next observation to act on, the ``VectorStep`` (real next obs, success, done) and the
+        ``(start slot, T)`` of each episode the storage completed.
+    """
+    next_obs, reward, terminated, truncated, infos = env.step(action)
+    step = split_autoreset(next_obs, terminated, truncated, infos)
+    info = {k: np.asarray(infos[k], np.float32) for k in info_keys}
+    stored = storage.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
+    return next_obs, step, stored

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Same-budget, same-seed comparisons on FetchPush-v4 (issues "Prioritized replay" and "n-step returns").
+#   scripts/ablation.sh [STEPS] [OUT_DIR] [VARIANT ...]
+# Variants: uniform (DDPG + HER, n = 1), per (prioritized), n3 (3-step), n3stop (3-step, window ends at success).
+# Each run: her-train fetch_push_ddpg with the variant's overrides, seeds 0 1 2, W&B disabled.
+set -euo pipefail
+STEPS=${1:-30000}
+OUT=${2:-runs/ablation}
+shift 2 || true
+VARIANTS=${*:-uniform per n3 n3stop}
+mkdir -p "$OUT"
+declare -A OVR=(
+  [uniform]=""
+  [per]="replay.prioritized=true"
+  [n3]="replay.n_step=3"
+  [n3stop]="replay.n_step=3 replay.stop_at_success=true"
+)
+for seed in 0 1 2; do
+  for v in $VARIANTS; do
+    dir="$OUT/$v-s$seed"
+    [ -f "$dir/metrics.csv" ] && [ "$(tail -1 "$dir/metrics.csv" | cut -d, -f1)" = "$STEPS" ] && continue
+    her-train fetch_push_ddpg ${OVR[$v]} train.seed=$seed train.total_env_steps=$STEPS train.eval_every=5000 \
+      train.eval_episodes=30 log.run_dir="$dir" log.progress=false log.wandb.mode=disabled log.checkpoint=false \
+      > "$OUT/$v-s$seed.log" 2>&1
+    echo "$v seed $seed: $(tail -1 "$dir/metrics.csv")"
+  done
+done
