@@ -6,15 +6,18 @@ change from SB3's own HER recipe is the replay buffer class::
     model = SAC("MultiInputPolicy", env, replay_buffer_class=HerSB3ReplayBuffer,
                 replay_buffer_kwargs=dict(strategy="future", n_sampled_goal=4, n_step=1, prioritized=False))
 
-Hyperparameters follow the RL Zoo's FetchReach SAC (VecNormalize on observations, gamma 0.95, lr 1e-3, batch
-256, [64, 64] networks), with one critic to keep it quick on a CPU. Evaluation: ``eval_episodes`` deterministic episodes every ``eval_every``
-env steps; success is ``info["is_success"]`` at the episode's last step.
+Hyperparameters: the RL Zoo's FetchReach SAC+HER (gamma 0.95, lr 1e-3, batch 256, tau 0.05, learning_starts
+1000, [64, 64] networks, one critic, future/k=4), except the entropy coefficient: automatic but started at 0.1
+(``ent_coef="auto_0.1"``) instead of SB3's default 1.0, which keeps a sparse -1/0 reward buried under the
+entropy bonus for thousands of steps (with ``ent_coef="auto"`` the success rate was still 0.00 at 7000 env steps,
+with SB3's own HerReplayBuffer too). No observation normalization (``normalize=True`` adds a VecNormalize).
+Evaluation: ``eval_episodes`` deterministic episodes every ``eval_every`` env steps; success is
+``info["is_success"]`` at the episode's last step.
 
-    python examples/sb3_sac_fetch_reach.py --steps 6000
+    python examples/sb3_sac_fetch_reach.py --steps 10000
 
-Status: this configuration has not yet been seen to learn FetchReach here (eval success 0.00 at every
-evaluation up to 6000 env steps on a shared 2-core CPU, with and without VecNormalize); the adapter's data
-(goals, recomputed rewards, terminal flags) checks out against the env, see tests/test_sb3.py.
+With these settings (seed 0, one CPU thread) success reaches 1.00 at 7500 env steps with this buffer and at
+7000 with SB3's own ``HerReplayBuffer`` (20 evaluation episodes every 500 steps).
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ def evaluate(model, episodes: int, seed: int, normalizer=None) -> float:
     return float(np.mean(successes))
 
 
-def main(total_steps: int = 6000, eval_every: int = 1000, eval_episodes: int = 20, n_step: int = 1,
+def main(total_steps: int = 10_000, eval_every: int = 500, eval_episodes: int = 20, n_step: int = 1,
          strategy: str = "future", n_sampled_goal: int = 4, stop_at_success: float | None = None,
-         seed: int = 0, device: str = "cpu", verbose: bool = True) -> dict:
+         normalize: bool = False, seed: int = 0, device: str = "cpu", verbose: bool = True) -> dict:
     """Train SAC + HER and return ``{"evals": [(env steps, success rate)], "last_success", "best_success"}``.
 
     ``stop_at_success``: stop at the first evaluation reaching it (keeps tests short).
@@ -61,13 +64,15 @@ def main(total_steps: int = 6000, eval_every: int = 1000, eval_episodes: int = 2
 
     gym.register_envs(gymnasium_robotics)
     env = make_vec_env("FetchReach-v4", n_envs=1, seed=seed)
-    # Running mean/std normalization of the observations and goals (as the RL Zoo's FetchReach setting and
-    # the HER paper's normalizer): the buffer stores raw values and SB3 passes the VecNormalize to sample().
-    env = VecNormalize(env, norm_obs=True, norm_reward=False, clip_obs=5.0, gamma=0.95)
+    normalizer = None
+    if normalize:
+        # Optional running mean/std normalization of the observations and goals (the RL Zoo's `normalize`):
+        # the buffer stores raw values and SB3 passes the VecNormalize to sample().
+        env = normalizer = VecNormalize(env, norm_obs=True, norm_reward=False, clip_obs=5.0, gamma=0.95)
     gamma = 0.95
     model = SAC(
-        "MultiInputPolicy", env, learning_rate=1e-3, buffer_size=1_000_000, learning_starts=200, batch_size=256,
-        gamma=gamma, tau=0.05, policy_kwargs=dict(net_arch=[64, 64], n_critics=1),
+        "MultiInputPolicy", env, learning_rate=1e-3, buffer_size=1_000_000, learning_starts=1000, batch_size=256,
+        gamma=gamma, tau=0.05, ent_coef="auto_0.1", policy_kwargs=dict(net_arch=[64, 64], n_critics=1),
         replay_buffer_class=HerSB3ReplayBuffer,
         replay_buffer_kwargs=dict(strategy=strategy, n_sampled_goal=n_sampled_goal, n_step=n_step, gamma=gamma,
                                   prioritized=False),
@@ -80,7 +85,7 @@ def main(total_steps: int = 6000, eval_every: int = 1000, eval_episodes: int = 2
         def _on_step(self) -> bool:
             if self.num_timesteps % eval_every:
                 return True
-            success = evaluate(self.model, eval_episodes, 10_000 + self.num_timesteps, env)
+            success = evaluate(self.model, eval_episodes, 10_000 + self.num_timesteps, normalizer)
             evals.append((self.num_timesteps, success))
             if verbose:
                 print(f"step {self.num_timesteps:6d}  eval success {success:.2f}  "
@@ -90,7 +95,7 @@ def main(total_steps: int = 6000, eval_every: int = 1000, eval_episodes: int = 2
     model.learn(total_steps, callback=Evaluate())
     env.close()
     if not evals:
-        evals.append((total_steps, evaluate(model, eval_episodes, 10_000 + total_steps, env)))
+        evals.append((total_steps, evaluate(model, eval_episodes, 10_000 + total_steps, normalizer)))
     return {"evals": evals, "last_success": evals[-1][1], "best_success": max(s for _, s in evals),
             "seconds": time.perf_counter() - t0}
 
@@ -99,9 +104,10 @@ if __name__ == "__main__":
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=6000)
+    p.add_argument("--steps", type=int, default=10_000)
+    p.add_argument("--normalize", action="store_true")
     p.add_argument("--n-step", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(1)
-    main(total_steps=a.steps, n_step=a.n_step, seed=a.seed)
+    main(total_steps=a.steps, n_step=a.n_step, normalize=a.normalize, seed=a.seed)

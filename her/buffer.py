@@ -166,6 +166,7 @@ class HerReplayBuffer:
             raise ValueError("the sampler must be built over the same storage")
         self.rng = np.random.default_rng(seed)
         self._powers = (self.gamma ** np.arange(self.n_step + 1)).astype(np.float32)
+        self._window = np.arange(self.n_step)
 
     # -- writing (delegates)
     def add(self, *args: Any, **kwargs: Any) -> list[tuple[int, int]]:
@@ -207,48 +208,47 @@ class HerReplayBuffer:
 
     def _build(self, slots: np.ndarray, weight: np.ndarray, rec: np.ndarray) -> Batch:
         # Bound by numpy call overhead and cache misses: one record gather per state, few numpy calls.
-        st, S, n, B = self.storage, self.storage.n_slots, self.n_step, len(slots)
+        st, n, B = self.storage, self.n_step, len(slots)
         if self.relabeler is not None:
             goals, relabeled = self.relabeler.relabel(st, slots, rec, self.rng)
         else:
             goals, relabeled = None, np.zeros(B, bool)
         if n == 1:
-            nxt = slots + 1
-            if st.wraps:
-                nxt %= S
-            nrec = st.data.take(nxt)
+            nxt = slots + 1  # take(mode="wrap") applies the ring's modulo in C
+            nrec = st.data.take(nxt, mode="wrap")
             if goals is not None:
                 info = {k: rec["info." + k] for k in st.info_shapes}
-                r = self._rewards(st.achieved_goal.take(nxt, axis=0), goals, info, B)
+                r = self._rewards(st.achieved_goal.take(nxt, axis=0, mode="wrap"), goals, info, B)
             else:
                 r = rec["reward"]
             m, discount = np.ones(B, np.int64), np.full(B, self.gamma, np.float32)
             ret = r
             terminated = rec["terminated"]
         else:
-            j = np.arange(n)
-            window = (slots[:, None] + j) % S  # [B, n] transitions t..t+n-1
-            valid = j < (rec["length"] - rec["step"])[:, None]  # inside the episode: a prefix of the window
-            flat = window.reshape(-1)
-            wrec = st.data.take(flat) if st.info_shapes or goals is None else None
+            left = rec["length"] - rec["step"]  # transitions from t to the episode's end, >= 1
+            valid = self._window < left[:, None]  # [B, n] the window's steps inside the episode (a prefix)
+            flat_next = (slots[:, None] + (self._window + 1)).reshape(-1)  # states s_{t+1..t+n}, modulo by take
+            wrec = None
+            if st.info_shapes or goals is None:  # per-step info (or stored rewards) of transitions t..t+n-1
+                wrec = st.data.take(flat_next - 1, mode="wrap")
             if goals is not None:
-                ag_next = st.achieved_goal.take((flat + 1) % S, axis=0)
+                ag_next = st.achieved_goal.take(flat_next, axis=0, mode="wrap")
                 g_rep = np.repeat(goals, n, axis=0)
                 info = {k: wrec["info." + k] for k in st.info_shapes}
                 r = self._rewards(ag_next, g_rep, info, B * n).reshape(B, n)
                 if self.stop_at_success:
                     hit = np.asarray(self.compute_success(ag_next, g_rep), bool).reshape(B, n) & valid
                     first = np.where(hit.any(1), hit.argmax(1), n)
-                    valid &= j <= first[:, None]
+                    valid &= self._window <= first[:, None]
             else:
                 r = wrec["reward"].reshape(B, n)
-            m = valid.sum(1)
-            ret = (np.where(valid, r, 0.0) * self._powers[:n]).sum(1, dtype=np.float32)
+            m = valid.sum(1) if self.stop_at_success else np.minimum(left, n).astype(np.int64)
+            ret = np.where(valid, r, np.float32(0.0)) @ self._powers[:n]
             discount = self._powers[m]
-            nxt = (slots + m) % S
-            nrec = st.data.take(nxt)
+            nxt = slots + m
+            nrec = st.data.take(nxt, mode="wrap")
             # The window ends in a true terminal state only at its episode's last transition.
-            terminated = rec["episode_terminated"] & (rec["step"] + m == rec["length"])
+            terminated = rec["episode_terminated"] & (m == left)
         # Fields are strided views of the freshly gathered records (no copies; torch.from_numpy accepts them).
         return Batch(
             observation=rec["observation"],

@@ -64,9 +64,7 @@ class GoalRelabeler:
             offset = (T - t).astype(np.int64)
         else:
             offset = 1 + (u[1] * T).astype(np.int64) - t  # t' uniform in {1..T}
-        goal_slot = slots + offset
-        if storage.wraps:
-            goal_slot %= storage.n_slots
+        goal_slot = slots + offset  # take(mode="wrap") applies the ring's modulo
         mask = relabeled.reshape(-1, *([1] * len(storage.goal_shape)))
-        goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0), records["desired_goal"])
+        goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0, mode="wrap"), records["desired_goal"])
         return goals, relabeled

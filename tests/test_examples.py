@@ -44,14 +44,14 @@ def test_cartpole_prioritized_ddqn_learns():
     assert out["last_return"] >= 150.0, out["evals"]
 
 
-def test_sb3_sac_fetch_reach_runs():
+def test_sb3_sac_fetch_reach_learns():
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("gymnasium_robotics")
     import sb3_sac_fetch_reach as ex
 
-    # Smoke test only: SAC + HerSB3ReplayBuffer trains and evaluates end to end. It has NOT been seen to reach
-    # FetchReach success >= 0.9 yet (0.00 at every evaluation up to 6000 env steps, with and without
-    # VecNormalize), so no learning threshold is asserted here.
-    out = ex.main(total_steps=600, eval_every=300, eval_episodes=2, seed=0, verbose=False)
-    assert [s for s, _ in out["evals"]] == [300, 600]
-    assert 0.0 <= out["last_success"] <= 1.0
+    # SAC + HerSB3ReplayBuffer (the example's RL Zoo settings, ent_coef="auto_0.1"): 20 deterministic evaluation
+    # episodes every 500 env steps, stopping at the first >= 0.9. Seed 0 gets there at 7500 env steps (success
+    # 1.00; SB3's own HerReplayBuffer with the same settings: 7000); the budget leaves room up to 10000.
+    out = ex.main(total_steps=10_000, eval_every=500, eval_episodes=20, stop_at_success=0.9, seed=0,
+                  verbose=False)
+    assert out["last_success"] >= 0.9, out["evals"]
