@@ -108,7 +108,7 @@ class PrioritizedSampler:
         td_error_clip: float | None = None,
         rank_based: bool = False,
         rank_resort_interval: int = 100,
-        branching: int = 32,
+        branching: int = 16,
     ) -> None:
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")

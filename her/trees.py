@@ -1,7 +1,7 @@
 """Batched segment trees for proportional prioritized replay (Schaul et al. 2016, Appendix B.2.1).
 
-The trees are K-ary (``branching`` children per node, 32 by default) instead of binary: a 1,000,000-leaf
-tree is 4 levels deep instead of 20, so a batched update or search is a handful of vectorized numpy
+The trees are K-ary (``branching`` children per node, 16 by default) instead of binary: a 1,000,000-leaf
+tree is 5 levels deep instead of 20, so a batched update or search is a handful of vectorized numpy
 operations per level and never a Python loop per sample. ``branching=2`` gives the classic binary sum tree.
 Any capacity works: the leaf level is padded with the operation's neutral element.
 
@@ -32,7 +32,7 @@ class SegmentTree:
 
     _OPS: ClassVar[dict] = {"sum": (np.add, 0.0), "min": (np.minimum, np.inf), "max": (np.maximum, -np.inf)}
 
-    def __init__(self, capacity: int, reduce: str = "sum", branching: int = 32) -> None:
+    def __init__(self, capacity: int, reduce: str = "sum", branching: int = 16) -> None:
         if int(capacity) < 1:
             raise ValueError(f"tree capacity must be >= 1, got {capacity}")
         if int(branching) < 2:
@@ -54,7 +54,10 @@ class SegmentTree:
 
     def reduce_rows(self, children: np.ndarray) -> np.ndarray:
         """The node values of rows of children [N, branching]; the same per row whatever N (exact nodes)."""
-        return self._ufunc.reduce(children, axis=1)
+        if self._ufunc is np.add:
+            return np.add.reduce(children, axis=1)
+        # min/max: elementwise over the K columns of a transposed copy is ~2x faster than a row reduction
+        return self._ufunc.reduce(np.ascontiguousarray(children.T), axis=0)
 
     @property
     def leaves(self) -> np.ndarray:
@@ -145,7 +148,7 @@ class SumTree(SegmentTree):
     #: nodes (recomputed after updates, once per ``find``), which skips the top levels of the descent.
     TOP_NODES = 4096
 
-    def __init__(self, capacity: int, branching: int = 32) -> None:
+    def __init__(self, capacity: int, branching: int = 16) -> None:
         super().__init__(capacity, "sum", branching)
         self._top = max(d for d in range(self.depth + 1) if self.branching**d <= self.TOP_NODES)
         self._top_prefix: np.ndarray | None = None
@@ -179,16 +182,16 @@ class SumTree(SegmentTree):
         """
         if not self.levels[0][0] > 0:
             raise ValueError("cannot sample from a sum tree whose total priority is 0 (no items)")
-        mass = np.asarray(prefix_masses, dtype=np.float64).reshape(-1).copy()
+        mass = np.maximum(np.asarray(prefix_masses, dtype=np.float64).reshape(-1), 0.0)
         rows = np.arange(mass.shape[0])
         # Top levels: one binary search over the prefix sums of level `_top` (empty nodes have empty intervals).
         top = self.levels[self._top]
         if self._top_prefix is None:
-            prefix = np.concatenate([[0.0], np.cumsum(top)])
-            self._top_prefix = prefix
-            self._top_last = int(np.flatnonzero(top > 0)[-1])  # masses past the total (rounding) land here
+            self._top_prefix = np.concatenate([[0.0], np.cumsum(top)])
         prefix = self._top_prefix
-        idx = np.minimum(np.searchsorted(prefix, mass, side="right") - 1, self._top_last)
+        idx = np.searchsorted(prefix, mass, side="right") - 1
+        if idx.max() >= len(top):  # a mass at or past the total (rounding): the last node with mass
+            idx = np.minimum(idx, int(np.flatnonzero(top > 0)[-1]))
         mass -= prefix[idx]
         np.maximum(mass, 0.0, out=mass)
         # Lower levels: pick the first child whose running sum passes the mass.
@@ -207,12 +210,12 @@ class SumTree(SegmentTree):
 class MinTree(SegmentTree):
     """Min tree; empty leaves hold +inf so they never count as the minimum."""
 
-    def __init__(self, capacity: int, branching: int = 32) -> None:
+    def __init__(self, capacity: int, branching: int = 16) -> None:
         super().__init__(capacity, "min", branching)
 
 
 class MaxTree(SegmentTree):
     """Max tree; empty leaves hold -inf."""
 
-    def __init__(self, capacity: int, branching: int = 32) -> None:
+    def __init__(self, capacity: int, branching: int = 16) -> None:
         super().__init__(capacity, "max", branching)
