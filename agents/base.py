@@ -6,11 +6,13 @@ Shared pieces (openai/baselines HER techniques):
 - batch -> tensors (:meth:`GoalConditionedAgentBase.batch_to_tensors`), target-Q clipping (:func:`clip_q`);
 - exploration in :meth:`GoalConditionedAgentBase.act`: Gaussian noise ``noise_std`` clipped to ``[-1, 1]``,
   then per row with probability ``random_eps`` a uniform random action;
-- polyak averaging (:func:`polyak_update`), fused Adam (:func:`make_adam`), device and thread selection.
+- polyak averaging (:func:`polyak_update`), fused Adam (:func:`make_adam`), device and thread selection;
+- optional bf16 mixed precision of the network forward passes in ``update`` (:meth:`GoalConditionedAgentBase.autocast`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,6 +23,9 @@ import torch
 from torch import nn
 
 from agents.normalizer import RunningNormalizer
+
+PRECISIONS = ("fp32", "bf16")
+"""Valid values of :attr:`AgentConfig.precision`."""
 
 
 @runtime_checkable
@@ -80,6 +85,11 @@ class AgentConfig:
     """Normalized inputs are clipped to ``+-norm_clip_range``."""
     seed: int | None = None
     """Seed of the numpy generator used for exploration noise (torch seeding is the caller's job)."""
+    precision: str = "fp32"
+    """``"fp32"`` or ``"bf16"``: with ``"bf16"`` the network forward passes in ``update()`` run under
+    ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
+    the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
+    and optimizer state stay float32. ``act()`` always runs in float32."""
 
     def __post_init__(self) -> None:
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -94,6 +104,8 @@ class AgentConfig:
             raise ValueError(f"random_eps must be in [0, 1], got {self.random_eps}")
         if self.target_update_interval < 0:
             raise ValueError(f"target_update_interval must be >= 0, got {self.target_update_interval}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
 
 
 class TensorBatch(NamedTuple):
@@ -268,6 +280,17 @@ class GoalConditionedAgentBase:
                 action = action.copy() if not action.flags.writeable else action
                 action[rows] = self.rng.uniform(-1.0, 1.0, size=(k, self.action_dim)).astype(np.float32)
         return action.astype(np.float32, copy=False)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Context for the network forward passes in ``update()``: bf16 autocast on the agent's device when
+        ``config.precision == "bf16"``, else a no-op.
+
+        Wrap forward passes only (not ``backward`` or optimizer steps): autocast caches the bf16 copies of the
+        parameters until the context exits, so a context spanning an optimizer step would reuse stale copies.
+        """
+        if self.config.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ targets / metrics
     def update_targets(self) -> None:

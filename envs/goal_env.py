@@ -11,7 +11,9 @@ when an episode ends, ``step`` already returns the reset observation, and the re
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +89,9 @@ def _resolve_env_id(env_id: str) -> None:
     if env_id in gym.registry:
         return
     try:
-        import gymnasium_robotics
+        # gymnasium-robotics prints a notice about its Adroit envs to stderr at import; it is not about Fetch.
+        with contextlib.redirect_stderr(io.StringIO()):
+            import gymnasium_robotics
     except ImportError:  # pragma: no cover - it is a dependency of the package
         gymnasium_robotics = None
     if gymnasium_robotics is not None:

@@ -2,7 +2,8 @@
 # Same-budget, same-seed comparisons on FetchPush-v4 (issues "Prioritized replay" and "n-step returns").
 #   scripts/ablation.sh [STEPS] [OUT_DIR] [VARIANT ...]
 # Variants: uniform (DDPG + HER, n = 1), per (prioritized), n3 (3-step), n3stop (3-step, window ends at success).
-# Each run: her-train fetch_push_ddpg with the variant's overrides, seeds 0 1 2, W&B disabled.
+# Each run: her-train fetch_push_ddpg with the variant's overrides, seeds 0 1 2, W&B disabled. Several copies of
+# the script can run side by side (one per core): each run is claimed with an atomic mkdir.
 set -euo pipefail
 STEPS=${1:-30000}
 OUT=${2:-runs/ablation}
@@ -18,7 +19,7 @@ declare -A OVR=(
 for seed in 0 1 2; do
   for v in $VARIANTS; do
     dir="$OUT/$v-s$seed"
-    [ -f "$dir/metrics.csv" ] && [ "$(tail -1 "$dir/metrics.csv" | cut -d, -f1)" = "$STEPS" ] && continue
+    mkdir "$OUT/.claim-$v-s$seed" 2>/dev/null || continue
     her-train fetch_push_ddpg ${OVR[$v]} train.seed=$seed train.total_env_steps=$STEPS train.eval_every=5000 \
       train.eval_episodes=30 log.run_dir="$dir" log.progress=false log.wandb.mode=disabled log.checkpoint=false \
       > "$OUT/$v-s$seed.log" 2>&1
