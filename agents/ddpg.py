@@ -60,9 +60,11 @@ class DDPGAgent(GoalConditionedAgentBase):
         # --- critic: y = r + discount * (1 - terminated) * Q'(s', mu'(s')), clipped
         with torch.no_grad():
             next_state = self.preprocess(b.next_observation, b.desired_goal)
-            next_q = self.critic_target(next_state, self.actor_target(next_state))[0]  # [B]
+            with self.autocast():
+                next_q = self.critic_target(next_state, self.actor_target(next_state))[0]  # [B] float32
             y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        q = self.critic(state, b.action)  # [1, B]
+        with self.autocast():
+            q = self.critic(state, b.action)  # [1, B] float32
         assert q.shape == (1, y.shape[0])
         critic_loss = (b.weight * (q - y).square()).mean()
         self.critic_optim.zero_grad(set_to_none=True)
@@ -71,8 +73,10 @@ class DDPGAgent(GoalConditionedAgentBase):
 
         # --- actor: maximize Q(s, mu(s)) with an L2 penalty on the action
         freeze(self.critic, True)
-        pi = self.actor(state)
-        actor_loss = -self.critic(state, pi).mean() + cfg.action_l2 * pi.square().mean()
+        with self.autocast():
+            pi = self.actor(state)
+            q_pi = self.critic(state, pi)
+        actor_loss = -q_pi.mean() + cfg.action_l2 * pi.square().mean()
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()

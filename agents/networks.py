@@ -2,6 +2,10 @@
 
 All actions live in ``[-1, 1]`` (the env wrapper rescales). Critics take ``(state, action)`` where ``state`` is
 the normalized ``concat(observation, goal)``.
+
+Every network returns float32 even when called under ``torch.autocast`` (bf16 matmuls; see
+``AgentConfig.precision``): the last layer's output goes through :func:`full_precision`, so the tanh squashing,
+SAC's log-probabilities and everything the agents compute from the outputs stay float32.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 
 LOG_2 = math.log(2.0)
+
+
+def full_precision(x: torch.Tensor) -> torch.Tensor:
+    """A bf16/fp16 tensor (an autocast matmul's output) -> float32; float32/float64 tensors are returned as is."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
 def mlp(
@@ -47,7 +56,7 @@ class DeterministicActor(nn.Module):
         self.net = mlp(state_dim, action_dim, hidden, layer_norm)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(state))
+        return torch.tanh(full_precision(self.net(state)))
 
 
 def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
@@ -78,7 +87,7 @@ class SquashedGaussianActor(nn.Module):
         self.log_std_max = float(log_std_max)
 
     def distribution_params(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mu, log_std = self.net(state).chunk(2, dim=-1)
+        mu, log_std = full_precision(self.net(state)).chunk(2, dim=-1)
         return mu, log_std.clamp(self.log_std_min, self.log_std_max)
 
     def forward(self, state: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,4 +189,4 @@ class EnsembleCritic(nn.Module):
             if self.norms is not None:
                 h = self.norms[i](h, member)
             h = F.relu(h)
-        return self.head(h, member).squeeze(-1)
+        return full_precision(self.head(h, member).squeeze(-1))

@@ -110,10 +110,13 @@ class SACAgent(GoalConditionedAgentBase):
         # --- critic: y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi
         with torch.no_grad():
             next_state = self.preprocess(b.next_observation, b.desired_goal)
-            next_action, next_log_prob = self.actor(next_state)
-            next_q = self.critic_target(next_state, next_action).min(0).values - alpha * next_log_prob  # [B]
+            with self.autocast():
+                next_action, next_log_prob = self.actor(next_state)
+                next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
+            next_q = next_q - alpha * next_log_prob
             y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        q = self.critic(state, b.action)  # [n_critics, B]
+        with self.autocast():
+            q = self.critic(state, b.action)  # [n_critics, B] float32
         assert q.shape == (cfg.n_critics, y.shape[0])
         critic_loss = (b.weight * (q - y).square()).mean(1).sum()
         self.critic_optim.zero_grad(set_to_none=True)
@@ -122,8 +125,9 @@ class SACAgent(GoalConditionedAgentBase):
 
         # --- actor: minimize alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi (reparameterized)
         freeze(self.critic, True)
-        pi, log_prob = self.actor(state)
-        q_pi = self.critic(state, pi).min(0).values
+        with self.autocast():
+            pi, log_prob = self.actor(state)
+            q_pi = self.critic(state, pi).min(0).values
         actor_loss = (alpha * log_prob - q_pi).mean() + cfg.action_l2 * pi.square().mean()
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()

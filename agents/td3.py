@@ -90,10 +90,14 @@ class TD3Agent(GoalConditionedAgentBase):
         # --- critic: y = r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))), clipped
         with torch.no_grad():
             next_state = self.preprocess(b.next_observation, b.desired_goal)
-            next_action = smoothed_target_action(self.actor_target(next_state), cfg.policy_noise, cfg.noise_clip)
-            next_q = self.critic_target(next_state, next_action).min(0).values  # [B]
+            with self.autocast():
+                next_action = smoothed_target_action(
+                    self.actor_target(next_state), cfg.policy_noise, cfg.noise_clip
+                )
+                next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
             y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        q = self.critic(state, b.action)  # [n_critics, B]
+        with self.autocast():
+            q = self.critic(state, b.action)  # [n_critics, B] float32
         assert q.shape == (cfg.n_critics, y.shape[0])
         # sum over critics of each critic's mean(weight * (Q_i - y)^2)
         critic_loss = (b.weight * (q - y).square()).mean(1).sum()
@@ -105,8 +109,10 @@ class TD3Agent(GoalConditionedAgentBase):
         # --- delayed actor: maximize Q_1(s, mu(s)) with an L2 penalty on the action; then targets
         if self.num_updates % cfg.policy_delay == 0:
             freeze(self.critic, True)
-            pi = self.actor(state)
-            actor_loss = -self.critic(state, pi, member=0).mean() + cfg.action_l2 * pi.square().mean()
+            with self.autocast():
+                pi = self.actor(state)
+                q_pi = self.critic(state, pi, member=0)
+            actor_loss = -q_pi.mean() + cfg.action_l2 * pi.square().mean()
             self.actor_optim.zero_grad(set_to_none=True)
             actor_loss.backward()
             self.actor_optim.step()

@@ -217,10 +217,11 @@ def test_column_shaped_batch_fields_give_same_update(algo):
 
 
 # ---------------------------------------------------------------------------------------------- updates
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("algo", ALGOS)
-def test_update_reduces_critic_loss_on_fixed_target(algo):
+def test_update_reduces_critic_loss_on_fixed_target(algo, precision):
     torch.manual_seed(0)
-    agent = make_agent(algo, OBS, GOAL, ACT, critic_lr=3e-3, **SMALL)
+    agent = make_agent(algo, OBS, GOAL, ACT, critic_lr=3e-3, precision=precision, **SMALL)
     batch = make_batch(64, terminated=True)  # y = r exactly: a fixed regression target
     agent.update_normalizer(batch.observation, batch.desired_goal)
     first = agent.update(batch)
@@ -234,6 +235,40 @@ def test_update_reduces_critic_loss_on_fixed_target(algo):
     assert last["td_error"].dtype == np.float32 and last["td_error"].shape == (64,)
     assert all(isinstance(v, float) for k, v in last.items() if k != "td_error")
     assert agent.num_updates == 301
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bf16_update_is_mixed_precision_with_float32_state(algo, layer_norm):
+    batch = make_batch(32)
+    first = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        agent = make_agent(algo, OBS, GOAL, ACT, precision=precision, layer_norm=layer_norm, **SMALL)
+        agent.update_normalizer(batch.observation, batch.desired_goal)
+        first[precision] = agent.update(batch)
+        agent.update(batch)  # TD3: the delayed actor step
+    assert not torch.is_autocast_enabled("cpu")
+    m, ref = first["bf16"], first["fp32"]
+    assert m["td_error"].dtype == np.float32 and m["td_error"].shape == (32,)
+    # same initial weights: bf16 matmuls change the numbers by rounding only
+    assert m["critic_loss"] != ref["critic_loss"]
+    assert m["critic_loss"] == pytest.approx(ref["critic_loss"], rel=0.05, abs=1e-3)
+    np.testing.assert_allclose(m["td_error"], ref["td_error"], atol=0.05)
+    # parameters, gradients and optimizer state stay float32
+    modules = [v for v in agent._checkpoint_items().values() if isinstance(v, nn.Module)]
+    assert all(p.dtype == torch.float32 for mod in modules for p in mod.parameters())
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for mod in modules for p in mod.parameters())
+    optims = [v for v in agent._checkpoint_items().values() if isinstance(v, torch.optim.Optimizer)]
+    states = [t for o in optims for st in o.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
+    assert states and all(t.dtype == torch.float32 for t in states)
+    assert agent.act(batch.observation, batch.desired_goal, deterministic=True).dtype == np.float32
+
+
+def test_precision_is_validated():
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+        make_agent("ddpg", OBS, GOAL, ACT, precision="fp16")
+    assert make_agent("sac", OBS, GOAL, ACT, precision="bf16", **SMALL).config.precision == "bf16"
 
 
 @pytest.mark.parametrize("algo", ALGOS)

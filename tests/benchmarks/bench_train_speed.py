@@ -5,7 +5,8 @@ Stable-Baselines3 is not a dependency of this project; run this script from a se
     python3 -m venv /work/benchvenv
     /work/benchvenv/bin/pip install torch==2.13.0 stable-baselines3
     /work/benchvenv/bin/pip install -e /work/main          # this repository
-    /work/benchvenv/bin/python tests/benchmarks/bench_train_speed.py [--algos ddpg td3 sac] [--steps 4000]
+    /work/benchvenv/bin/python tests/benchmarks/bench_train_speed.py [--algos ddpg td3 sac] [--steps 4000] \
+        [--precision fp32|bf16]
 
 Both sides, in one process at one torch thread (``torch.set_num_threads(1)``), so the ratio is meaningful on a
 shared machine even when absolute numbers drift:
@@ -20,6 +21,9 @@ shared machine even when absolute numbers drift:
   ``learning_starts=warmup``, timed from the callback at env step ``warmup`` to the end of ``learn``;
 - per update, the time spent sampling the HER batch and in the gradient step (``agent.update`` for ours, SB3's
   ``train`` minus its ``replay_buffer.sample``), averaged over the timed run.
+
+``--precision bf16`` runs ours with ``agent.precision=bf16`` (bf16 autocast forward passes in the update); SB3
+always trains in float32.
 
 The table has env steps/s for both and ours/SB3; the issue's goal is a ratio >= 1.5 for each algorithm.
 """
@@ -57,7 +61,7 @@ class Timer:
         self.seconds, self.calls = 0.0, 0
 
 
-def run_ours(algo: str, warmup: int, steps: int, seed: int) -> dict[str, float]:
+def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32") -> dict[str, float]:
     import agents.train as train_mod
     from agents.config import load_config
 
@@ -97,6 +101,7 @@ def run_ours(algo: str, warmup: int, steps: int, seed: int) -> dict[str, float]:
             f"agent.polyak={POLYAK}",
             f"agent.actor_lr={LR}",
             f"agent.critic_lr={LR}",
+            f"agent.precision={precision}",
             "log.wandb.mode=disabled",
             "log.progress=false",
             "log.checkpoint=false",
@@ -202,6 +207,9 @@ def main() -> None:
         "--repeats", type=int, default=1, help="alternate ours/SB3 this many times, keep the best"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--precision", choices=["fp32", "bf16"], default="fp32", help="our agents' precision (SB3: fp32)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -210,15 +218,18 @@ def main() -> None:
     print(
         f"{ENV_ID}: torch {torch.__version__}, SB3 {stable_baselines3.__version__}, 1 torch thread, "
         f"{UPDATES_PER_STEP} updates/env step, batch {BATCH}, hidden {HIDDEN}, {args.steps} timed env steps "
-        f"after {args.warmup} warm-up steps",
+        f"after {args.warmup} warm-up steps; ours in {args.precision}, SB3 in fp32",
         flush=True,
     )
     results: dict[str, dict[str, dict[str, float]]] = {}
     for algo in args.algos:
         for _ in range(args.repeats):
-            for side, fn in (("ours", run_ours), ("sb3", run_sb3)):
+            for side in ("ours", "sb3"):
                 torch.set_num_threads(1)
-                r = fn(algo, args.warmup, args.steps, args.seed)
+                if side == "ours":
+                    r = run_ours(algo, args.warmup, args.steps, args.seed, args.precision)
+                else:
+                    r = run_sb3(algo, args.warmup, args.steps, args.seed)
                 print(
                     f"  {algo} {side}: {r['steps_per_s']:.1f} env steps/s, {r['updates']} updates, "
                     f"sample {r['sample_ms']:.2f} ms + update {r['update_ms']:.2f} ms per update",

@@ -1,11 +1,15 @@
 """Time one agent update per algorithm against a straightforward reference torch update.
 
-    python tests/benchmarks/bench_update.py [--batch-sizes 256 1024] [--iters 20] [--threads 1] [--compile]
+    python tests/benchmarks/bench_update.py [--batch-sizes 256 1024] [--iters 20] [--threads 1]
+        [--precision fp32 bf16] [--compile]
 
 FetchPush sizes (obs 25, goal 3, action 4) and 3x256 MLPs. The reference is what one writes first: separate
 ``nn.Sequential`` critics (two for TD3/SAC, one for DDPG), plain ``torch.optim.Adam``, critic gradients
 computed during the actor step, one ``.item()`` per metric. ``--compile`` additionally times the agents with
 their actor and critic modules wrapped in ``torch.compile`` (reported as failed if it does not work here).
+``--precision`` lists the agent precisions (``AgentConfig.precision``) to time, one column each (default both
+fp32 and bf16; the reference and compiled agents are fp32). ``speedup`` is reference ms / first precision's ms;
+a ``<p> speedup`` column per further precision is first precision's ms / ``<p>``'s ms.
 """
 
 from __future__ import annotations
@@ -155,6 +159,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=20, help="updates per timing repeat (best of 5 repeats)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                        help="agent precisions to time (one 'agent ms' column each)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile'd agent modules")
     args = parser.parse_args()
 
@@ -162,7 +168,10 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, obs {OBS} goal {GOAL} act {ACT}, "
           f"hidden {HIDDEN}")
-    header = f"{'algo':<6}{'batch':>7}{'reference ms':>14}{'agent ms':>10}{'speedup':>9}"
+    header = f"{'algo':<6}{'batch':>7}{'reference ms':>14}"
+    header += "".join(f"{f'{p} ms':>10}" for p in args.precision) + f"{'speedup':>9}"
+    if len(args.precision) > 1:
+        header += "".join(f"{f'{p} speedup':>14}" for p in args.precision[1:])
     if args.compile:
         header += f"{'compiled ms':>13}"
     print(header)
@@ -171,10 +180,13 @@ def main() -> None:
         for bs in args.batch_sizes:
             batch = make_batch(bs)
             ref_ms = time_updates(ReferenceAgent(algo), batch, args.iters, args.warmup)
-            agent = make_agent(algo, OBS, GOAL, ACT, device="cpu")
-            agent.update_normalizer(batch.observation, batch.desired_goal)
-            ms = time_updates(agent, batch, args.iters, args.warmup)
-            line = f"{algo:<6}{bs:>7}{ref_ms:>14.2f}{ms:>10.2f}{ref_ms / ms:>8.2f}x"
+            ms = []
+            for precision in args.precision:
+                agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision)
+                agent.update_normalizer(batch.observation, batch.desired_goal)
+                ms.append(time_updates(agent, batch, args.iters, args.warmup))
+            line = f"{algo:<6}{bs:>7}{ref_ms:>14.2f}" + "".join(f"{m:>10.2f}" for m in ms)
+            line += f"{ref_ms / ms[0]:>8.2f}x" + "".join(f"{ms[0] / m:>13.2f}x" for m in ms[1:])
             if args.compile:
                 try:
                     c_ms = time_updates(compiled_agent(algo), batch, args.iters, args.warmup + 5)
