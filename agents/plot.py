@@ -73,6 +73,8 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     axes[0].set_xlabel("env steps (thousands)")
     axes[1].set_xlabel("wall time (minutes)")
     axes[0].set_ylabel(metric)
+    if "success" in metric:  # rates: the whole [0, 1] range, so small numbers look small
+        axes[0].set_ylim(-0.02, 1.02)
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend(loc="best", fontsize=8)

@@ -352,8 +352,10 @@ class EpisodeStorage:
             ValueError: wrong shapes, missing keys; NaN/inf is detected when the episode is stored.
         """
         n = self.n_envs
-        if self.has_goals:
-            if not isinstance(observation, Mapping) or not isinstance(next_observation, Mapping):
+        goals = self.goal_shape is not None
+        if goals:
+            if not (type(observation) is dict or isinstance(observation, Mapping)) or not (
+                    type(next_observation) is dict or isinstance(next_observation, Mapping)):
                 raise ValueError("this storage keeps goals: observations must be dicts with keys "
                                  "'observation', 'achieved_goal', 'desired_goal'")
             obs, ag, dg = observation["observation"], observation["achieved_goal"], observation["desired_goal"]
@@ -364,7 +366,7 @@ class EpisodeStorage:
         if self.validate:
             self._check("observation", np.asarray(obs), (n, *self.observation_shape))
             self._check("next_observation", np.asarray(nobs), (n, *self.observation_shape))
-            if self.has_goals:
+            if goals:
                 for nm, a in (("achieved_goal", ag), ("desired_goal", dg), ("next achieved_goal", nag),
                               ("next desired_goal", ndg)):
                     self._check(nm, np.asarray(a), (n, *self.goal_shape))
@@ -378,6 +380,7 @@ class EpisodeStorage:
             for k, shp in self.info_shapes.items():
                 self._check("info." + k, np.asarray(info[k]), (n, *shp))
         done = np.logical_or(terminated, truncated)
+        any_done = bool(done.any())
         # One env's refused episode (too long, NaN) must not cost the other envs their step: stage every env's
         # step, commit the ended episodes, and raise the first error at the end.
         error: ValueError | None = None
@@ -400,12 +403,12 @@ class EpisodeStorage:
                 st = self._stages[e]
             if not meta.started:
                 st["observation"][0] = obs[e]
-                if self.has_goals:
+                if goals:
                     st["achieved_goal"][0] = ag[e]
                     st["desired_goal"][0] = dg[e]
                 meta.started = True
             st["observation"][t + 1] = nobs[e]
-            if self.has_goals:
+            if goals:
                 st["achieved_goal"][t + 1] = nag[e]
                 st["desired_goal"][t + 1] = ndg[e]
             st["action"][t] = action[e]
@@ -414,7 +417,7 @@ class EpisodeStorage:
                 st["info." + k][t] = info[k][e]
             meta.length = t + 1
         stored = []
-        for e in np.flatnonzero(done):
+        for e in np.flatnonzero(done) if any_done else ():
             if self._stages[e]["meta"].length == 0:  # a refused too-long episode ended here
                 continue
             try:

@@ -6,8 +6,9 @@
 
 Sections:
 - ``sampler`` (issue "The HER sampler as a library"): HER sample throughput at B = 256, 1024, 4096, each batch
-  ending in torch tensors on the CPU, for our ``HerReplayBuffer``, a plain numpy gather of B random rows plus one
-  vectorized reward (the floor), and Stable-Baselines3's ``HerReplayBuffer`` when SB3 is importable (a
+  ending in torch tensors on the CPU, for our ``HerReplayBuffer``, a plain numpy gather of B random rows of a flat
+  transition table (observation, next observation, action, desired goal, next achieved goal as separate float32
+  arrays) plus one vectorized reward (the floor), and Stable-Baselines3's ``HerReplayBuffer`` when SB3 is importable (a
   benchmark-only dependency); ``add()`` cost per transition and bytes per stored transition.
 - ``prioritized`` (issue "Prioritized replay"): prioritized HER sample + priority update at B = 256 against a
   uniform HER sample, and our batched sum tree against a sum tree walked one sample at a time in a Python loop
@@ -54,14 +55,22 @@ def fetch_success(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.nda
 
 def timeit(fn, repeats: int = 200, warmup: int = 10) -> float:
     """Median seconds per call."""
-    for _ in range(warmup):
-        fn()
-    times = []
+    return timeit_many([fn], repeats, warmup)[0]
+
+
+def timeit_many(fns, repeats: int = 300, warmup: int = 10) -> list[float]:
+    """Median seconds per call of each function, calls interleaved round-robin so that every function sees the
+    same machine conditions (the ratios are what matters on a shared machine)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        t0 = time.thread_time()
-        fn()
-        times.append(time.thread_time() - t0)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.thread_time()
+            fn()
+            ts.append(time.thread_time() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def make_episodes(n_episodes: int, seed: int = 0):
@@ -91,17 +100,22 @@ def section_sampler(storage: her.EpisodeStorage) -> None:
     torch.set_num_threads(1)
     rng = np.random.default_rng(1)
     buffer = her.HerReplayBuffer(storage, fetch_reward, strategy="future", n_sampled_goal=4, seed=0)
-    # The floor: separate plain arrays, B random rows, one vectorized reward, to torch.
-    obs, ag, act = storage.observation.copy(), storage.achieved_goal.copy(), storage.action.copy()
-    dg = storage.desired_goal.copy()
-    n = len(obs) - 1
+    # The floor: a plain transition table (one row per transition: observation, next observation, action, desired
+    # goal, next achieved goal; float32, separate arrays as a flat replay buffer keeps them), B random rows
+    # gathered, one vectorized reward, to torch. No relabeling, no episode bookkeeping.
+    n = len(storage) - 1
+    obs = storage.observation[:n].copy()
+    next_obs = storage.observation[1:n + 1].copy()
+    act = storage.action[:n].copy()
+    dg = storage.desired_goal[:n].copy()
+    next_ag = storage.achieved_goal[1:n + 1].copy()
 
     def floor(B: int):
         i = rng.integers(0, n, B)
-        j = i + 1
         g = dg.take(i, axis=0)
-        r = fetch_reward(ag.take(j, axis=0), g)
-        return [torch.from_numpy(x) for x in (obs.take(i, axis=0), obs.take(j, axis=0), act.take(i, axis=0), g, r)]
+        r = fetch_reward(next_ag.take(i, axis=0), g)
+        return [torch.from_numpy(x) for x in (obs.take(i, axis=0), next_obs.take(i, axis=0), act.take(i, axis=0),
+                                               g, r)]
 
     def ours(B: int):
         return buffer.sample(B).to_torch()
@@ -110,23 +124,24 @@ def section_sampler(storage: her.EpisodeStorage) -> None:
     print(f"\n== HER sample, B random transitions from {len(storage):,} stored, ending in torch tensors ==")
     print(f"{'B':>6} {'floor us':>10} {'ours us':>10} {'ours/floor':>11} {'SB3 us':>10} {'SB3/ours':>9}")
     for B in (256, 1024, 4096):
-        t_floor, t_ours = timeit(lambda: floor(B)), timeit(lambda: ours(B))
+        t_floor, t_ours = timeit_many([lambda: floor(B), lambda: ours(B)])
         t_sb3 = timeit(lambda: sb3.sample(B), repeats=30, warmup=3) if sb3 is not None else float("nan")
         print(f"{B:>6} {t_floor * 1e6:>10.0f} {t_ours * 1e6:>10.0f} {t_ours / t_floor:>11.2f} "
               f"{t_sb3 * 1e6:>10.0f} {t_sb3 / t_ours:>9.1f}")
 
     # add(): one step of one env at a time, as a training loop does.
-    small = her.EpisodeStorage(100_000, (OBS,), (ACT,), (GOAL,), max_episode_steps=T)
     steps = _step_rows(2000)
-    t0 = time.thread_time()
-    for s in steps:
-        small.add(*s)
-    t_add = (time.thread_time() - t0) / len(steps)
-    print(f"\nadd(): ours {t_add * 1e6:.1f} us per transition", end="")
-    if sb3 is not None:
-        print(f"; SB3 {_sb3_add_cost(steps) * 1e6:.1f} us per transition")
-    else:
-        print("; SB3 not installed")
+    ours_add, sb3_add = [], []
+    for _ in range(5):  # best of 5 passes over 2000 steps, interleaved with SB3's
+        small = her.EpisodeStorage(100_000, (OBS,), (ACT,), (GOAL,), max_episode_steps=T)
+        t0 = time.thread_time()
+        for row in steps:
+            small.add(*row)
+        ours_add.append((time.thread_time() - t0) / len(steps))
+        if sb3 is not None:
+            sb3_add.append(_sb3_add_cost(steps))
+    print(f"\nadd(), one step of one env: ours {min(ours_add) * 1e6:.1f} us per transition", end="")
+    print(f"; SB3 {min(sb3_add) * 1e6:.1f} us per transition" if sb3_add else "; SB3 not installed")
     print(f"bytes per stored transition: ours {storage.nbytes / len(storage):.1f}", end="")
     if sb3 is not None:
         nbytes = sum(v.nbytes for v in sb3.observations.values()) + sum(v.nbytes for v in sb3.next_observations.values())
@@ -248,7 +263,7 @@ def section_prioritized(storage: her.EpisodeStorage) -> None:
         b = per.sample(B)
         per.update_priorities(b.index, rng.random(B))
 
-    t_uniform, t_per = timeit(lambda: uniform.sample(B)), timeit(per_step)
+    t_uniform, t_per = timeit_many([lambda: uniform.sample(B), per_step])
     print(f"\n== Prioritized HER sample + priority update, B = {B}, {len(storage):,} stored ==")
     print(f"uniform HER sample {t_uniform * 1e6:.0f} us; prioritized sample + update {t_per * 1e6:.0f} us; "
           f"ratio {t_per / t_uniform:.2f} (goal <= 3)")
@@ -286,7 +301,7 @@ def section_nstep(storage: her.EpisodeStorage) -> None:
     three = her.HerReplayBuffer(storage, fetch_reward, n_step=3, seed=0)
     three_stop = her.HerReplayBuffer(storage, fetch_reward, n_step=3, seed=0, stop_at_success=True,
                                      compute_success=fetch_success)
-    t1, t3, t3s = timeit(lambda: one.sample(B)), timeit(lambda: three.sample(B)), timeit(lambda: three_stop.sample(B))
+    t1, t3, t3s = timeit_many([lambda: one.sample(B), lambda: three.sample(B), lambda: three_stop.sample(B)])
     print(f"\n== n-step HER sample, B = {B}, {len(storage):,} stored ==")
     print(f"n = 1: {t1 * 1e6:.0f} us; n = 3: {t3 * 1e6:.0f} us (ratio {t3 / t1:.2f}, goal <= 2); "
           f"n = 3 stop at success: {t3s * 1e6:.0f} us (ratio {t3s / t1:.2f})")
