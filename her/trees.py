@@ -31,6 +31,9 @@ class SegmentTree:
     """
 
     _OPS: ClassVar[dict] = {"sum": (np.add, 0.0), "min": (np.minimum, np.inf), "max": (np.maximum, -np.inf)}
+    #: Updates maintain the levels below the deepest level with at most this many nodes (`_top`); the few small
+    #: levels above it are recomputed from it, lazily, when the root or ``levels`` is read.
+    TOP_NODES: ClassVar[int] = 4096
 
     def __init__(self, capacity: int, reduce: str = "sum", branching: int = 16) -> None:
         if int(capacity) < 1:
@@ -46,11 +49,26 @@ class SegmentTree:
         while self.branching**depth < self.capacity:
             depth += 1
         self.depth = depth
-        # levels[0] is the root (size 1), levels[depth] the padded leaves.
-        self.levels = [np.full(self.branching**d, self.neutral, dtype=np.float64) for d in range(depth + 1)]
+        # _levels[0] is the root (size 1), _levels[depth] the padded leaves.
+        self._levels = [np.full(self.branching**d, self.neutral, dtype=np.float64) for d in range(depth + 1)]
         self._child = np.arange(self.branching)
-        # levels[d] seen as rows of `branching` children of the nodes of level d - 1 (views, no copies)
-        self._rows = [None] + [lv.reshape(-1, self.branching) for lv in self.levels[1:]]
+        # _levels[d] seen as rows of `branching` children of the nodes of level d - 1 (views, no copies)
+        self._rows = [None] + [lv.reshape(-1, self.branching) for lv in self._levels[1:]]
+        self._top = max(d for d in range(depth + 1) if self.branching**d <= self.TOP_NODES)
+        self._upper_stale = False
+
+    @property
+    def levels(self) -> list[np.ndarray]:
+        """The node values by level (root first, padded leaves last), each internal node the reduction of its
+        children. Read-only use: write leaves with ``update``."""
+        self._sync_upper()
+        return self._levels
+
+    def _sync_upper(self) -> None:
+        if self._upper_stale:
+            for d in range(self._top - 1, -1, -1):
+                self._levels[d][:] = self.reduce_rows(self._rows[d + 1])
+            self._upper_stale = False
 
     def reduce_rows(self, children: np.ndarray) -> np.ndarray:
         """The node values of rows of children [N, branching]; the same per row whatever N (exact nodes)."""
@@ -62,15 +80,16 @@ class SegmentTree:
     @property
     def leaves(self) -> np.ndarray:
         """View of the ``capacity`` leaf values, shape [capacity], float64 (read it, write via update)."""
-        return self.levels[self.depth][: self.capacity]
+        return self._levels[self.depth][: self.capacity]
 
     @property
     def root(self) -> float:
         """Reduction over all leaves."""
-        return float(self.levels[0][0])
+        self._sync_upper()
+        return float(self._levels[0][0])
 
     def __getitem__(self, indices) -> np.ndarray:
-        return self.levels[self.depth][np.asarray(indices)]
+        return self._levels[self.depth][np.asarray(indices)]
 
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set ``leaves[indices] = values`` and recompute their ancestors, all in one batched pass.
@@ -87,15 +106,16 @@ class SegmentTree:
         lo, hi = idx.min(), idx.max()
         if lo < 0 or hi >= self.capacity:
             raise IndexError(f"tree indices must be in [0, {self.capacity}), got [{lo}, {hi}]")
-        self.levels[self.depth][idx] = values
+        self._levels[self.depth][idx] = values
         k = self.branching
-        for d in range(self.depth - 1, -1, -1):
+        for d in range(self.depth - 1, self._top - 1, -1):
             idx = idx // k
             if idx.size > k**d:  # more updates than nodes on this level: rebuild the level whole
-                self.levels[d][:] = self.reduce_rows(self._rows[d + 1])
+                self._levels[d][:] = self.reduce_rows(self._rows[d + 1])
                 idx = np.arange(k**d)
             else:
-                self.levels[d][idx] = self.reduce_rows(self._rows[d + 1].take(idx, axis=0))
+                self._levels[d][idx] = self.reduce_rows(self._rows[d + 1].take(idx, axis=0))
+        self._upper_stale = self._top > 0
         self._changed()
 
     def _changed(self) -> None:
@@ -104,7 +124,8 @@ class SegmentTree:
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves (after bulk writes to ``levels[depth]``)."""
         for d in range(self.depth - 1, -1, -1):
-            self.levels[d][:] = self.reduce_rows(self._rows[d + 1])
+            self._levels[d][:] = self.reduce_rows(self._rows[d + 1])
+        self._upper_stale = False
         self._changed()
 
 
@@ -132,25 +153,23 @@ def update_trees(trees: list[SegmentTree], indices: np.ndarray, values: np.ndarr
             t.update(idx, v)
         return
     for t in trees:
-        t.levels[t.depth][idx] = v
-    for d in range(first.depth - 1, -1, -1):
+        t._levels[t.depth][idx] = v
+    for d in range(first.depth - 1, first._top - 1, -1):
         idx = idx // first.branching
         for t in trees:
-            t.levels[d][idx] = t.reduce_rows(t._rows[d + 1].take(idx, axis=0))
+            t._levels[d][idx] = t.reduce_rows(t._rows[d + 1].take(idx, axis=0))
     for t in trees:
+        t._upper_stale = t._top > 0
         t._changed()
 
 
 class SumTree(SegmentTree):
     """Sum tree with a batched prefix-sum search (``find``). Leaf values must be finite and >= 0."""
 
-    #: ``find`` starts with one binary search over the prefix sums of the deepest level with at most this many
-    #: nodes (recomputed after updates, once per ``find``), which skips the top levels of the descent.
-    TOP_NODES = 4096
-
     def __init__(self, capacity: int, branching: int = 16) -> None:
         super().__init__(capacity, "sum", branching)
-        self._top = max(d for d in range(self.depth + 1) if self.branching**d <= self.TOP_NODES)
+        # ``find`` starts with one binary search over the prefix sums of level `_top` (recomputed after updates,
+        # once per ``find``), which replaces the descent through the levels above it.
         self._top_prefix: np.ndarray | None = None
         self._upper = np.triu(np.ones((self.branching, self.branching)))
 
@@ -180,12 +199,12 @@ class SumTree(SegmentTree):
         Raises:
             ValueError: the tree is empty (total == 0).
         """
-        if not self.levels[0][0] > 0:
+        if not self.root > 0:
             raise ValueError("cannot sample from a sum tree whose total priority is 0 (no items)")
         mass = np.maximum(np.asarray(prefix_masses, dtype=np.float64).reshape(-1), 0.0)
         rows = np.arange(mass.shape[0])
         # Top levels: one binary search over the prefix sums of level `_top` (empty nodes have empty intervals).
-        top = self.levels[self._top]
+        top = self._levels[self._top]
         if self._top_prefix is None:
             self._top_prefix = np.concatenate([[0.0], np.cumsum(top)])
         prefix = self._top_prefix
