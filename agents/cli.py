@@ -44,6 +44,11 @@ def train_main(argv: list[str] | None = None) -> int:
                                       OmegaConf.from_dotlist(args.overrides))
             except (ConfigKeyError, ValidationError) as exc:
                 raise ValueError(f"bad config: {str(exc).splitlines()[0]}") from None
+            done, total = saved["counters"]["env_steps"], cfg.train.total_env_steps
+            if done >= total:
+                print(f"her-train: the run in {args.resume} is complete ({done}/{total} env steps); raise "
+                      "train.total_env_steps to continue it, e.g. train.total_env_steps=" + str(2 * total))
+                return 0
         else:
             cfg = load_config(args.config, args.overrides)
     except (ValueError, FileNotFoundError) as exc:
@@ -65,8 +70,9 @@ def train_main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
-    print(f"final eval success rate {result.eval_success_rate:.3f} after {result.env_steps} env steps; "
-          f"run directory {result.run_dir}")
+    if result.history:  # ranks other than 0 (torchrun) have no evaluation rows of their own
+        print(f"final eval success rate {result.eval_success_rate:.3f} after {result.env_steps} env steps; "
+              f"run directory {result.run_dir}")
     return 0
 
 
@@ -79,6 +85,8 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--video-episodes", type=int, default=2, help="episodes in the video (default 2)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    if args.episodes < 1 or args.video_episodes < 1:
+        parser.error(f"--episodes and --video-episodes must be >= 1, got {args.episodes} and {args.video_episodes}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
 
@@ -103,6 +111,10 @@ def eval_main(argv: list[str] | None = None) -> int:
         state = load_checkpoint(args.checkpoint)
     except FileNotFoundError as exc:
         parser.error(str(exc))
+    except Exception as exc:
+        parser.error(f"{args.checkpoint} is not a readable her-robotics checkpoint ({type(exc).__name__}: {exc})")
+    if not isinstance(state, dict) or not {"config", "agent", "counters"} <= set(state):
+        parser.error(f"{args.checkpoint} is not a her-robotics checkpoint (expected keys config, agent, counters)")
     cfg = state["config"]
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
     try:

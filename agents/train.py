@@ -44,6 +44,9 @@ def seed_everything(seed: int) -> None:
 def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerReplayBuffer:
     """The HER replay of the config: storage, (prioritized) sampler, relabeling and n-step returns."""
     r = cfg.replay
+    if spec.max_episode_steps and r.capacity < spec.max_episode_steps:
+        raise ValueError(f"replay.capacity must hold at least one episode of {cfg.env.id} "
+                         f"({spec.max_episode_steps} steps), got {r.capacity}")
     storage = her.EpisodeStorage(
         r.capacity, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
         max_episode_steps=spec.max_episode_steps or 50, n_envs=cfg.env.n_envs,
@@ -114,14 +117,15 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
     n_envs = cfg.env.n_envs
     total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
 
-    run_dir = Path(resume) if resume else Path(cfg.log.run_dir) if cfg.log.run_dir else _default_run_dir(cfg)
-    run_dir = dist_ctx.broadcast_object(run_dir)  # DIST: rank 0's run directory
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # Everything that can refuse the config comes before the run directory, W&B and the envs.
     agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
     agent_kwargs.setdefault("seed", t_cfg.seed)  # exploration noise
     agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
                        device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
     replay = build_replay(cfg, spec, total_updates)
+    run_dir = Path(resume) if resume else Path(cfg.log.run_dir) if cfg.log.run_dir else _default_run_dir(cfg)
+    run_dir = dist_ctx.broadcast_object(run_dir)  # DIST: rank 0's run directory
+    run_dir.mkdir(parents=True, exist_ok=True)
     env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
     rng = np.random.default_rng(t_cfg.seed)
