@@ -48,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
-from agents.collect import choose_action, collect_step
+from agents.collect import choose_action, collect_step, learn_step
 from agents.distributed import (
     _flat_config,
     config_digest,
@@ -244,12 +244,7 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
             got = ingest(block=pending < 1)
             n = int(min(pending, 10)) if len(replay) > 0 else 0  # a few updates, then look at the inbox again
             for _ in range(n):
-                batch = replay.sample(t_cfg.batch_size)
-                m = agent.update(batch)
-                replay.update_priorities(batch.index, m["td_error"])
-                for k, v in m.items():
-                    if k != "td_error":
-                        metrics_acc.setdefault(k, []).append(float(v))
+                learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
                 counters["updates"] += 1
                 if counters["updates"] % cfg.dist.weight_sync_every == 0:
                     st.publish(agent)

@@ -1,4 +1,5 @@
-"""One step of experience collection, shared by the training loop and the Ape-X actors."""
+"""The two steps of off-policy training, shared by the training loop and the Ape-X learner and actors:
+collect one env step into the storage, and learn from one HER batch."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from envs import VectorStep, split_autoreset
 
-__all__ = ["choose_action", "collect_step"]
+__all__ = ["choose_action", "collect_step", "learn_step"]
 
 
 def choose_action(agent: Any, obs: dict[str, np.ndarray], spec: Any, n_envs: int, warmup: bool,
@@ -34,3 +35,14 @@ def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, stora
     info = {k: np.asarray(infos[k], np.float32) for k in info_keys}
     stored = storage.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
     return next_obs, step, stored
+
+
+def learn_step(agent: Any, replay: Any, batch_size: int, metrics: dict[str, list[float]]) -> None:
+    """Sample a batch, update the agent, feed its TD errors back to the sampler (prioritized replay) and append
+    the scalar metrics to ``metrics``."""
+    batch = replay.sample(batch_size)
+    m = agent.update(batch)
+    replay.update_priorities(batch.index, m["td_error"])
+    for k, v in m.items():
+        if k != "td_error":
+            metrics.setdefault(k, []).append(float(v))

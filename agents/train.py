@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from agents.collect import choose_action, collect_step
+from agents.collect import choose_action, collect_step, learn_step
 from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 from agents.distributed import NullLogger, init_distributed  # DIST
 from agents.logger import RunLogger
@@ -182,12 +182,7 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
                 can_learn, pending_updates = dist_ctx.sync_block(agent, can_learn, pending_updates)  # deltas, agree
             if can_learn and counters["env_steps"] % t_cfg.update_every < n_envs:
                 for _ in range(int(pending_updates)):
-                    batch = replay.sample(t_cfg.batch_size)
-                    m = agent.update(batch)
-                    replay.update_priorities(batch.index, m["td_error"])
-                    for k, v in m.items():
-                        if k != "td_error":
-                            metrics_acc.setdefault(k, []).append(float(v))
+                    learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
                     counters["updates"] += 1
                 pending_updates -= int(pending_updates)
             elif not can_learn:
