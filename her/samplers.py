@@ -86,8 +86,8 @@ class PrioritizedSampler:
         storage: the ``EpisodeStorage`` to sample from (the sampler registers itself as a listener).
         alpha: prioritization exponent, 0 = uniform. Default 0.6.
         beta0: initial importance-sampling exponent. Default 0.4.
-        beta_annealing_steps: samples over which beta reaches 1 (0: beta stays beta0... then jumps to 1 never;
-            use the run's number of updates).
+        beta_annealing_steps: calls of ``sample`` over which beta rises linearly from beta0 to 1; pass the run's
+            number of updates (the training loop does). 0 keeps beta at beta0.
         eps: added to ``|delta|`` so a zero TD error keeps a transition sampleable. Default 1e-6.
         td_error_clip: optional upper clip of ``|delta|`` (the seed's ``abs_err_upper``). Default None.
         branching: tree branching factor (see ``her.trees``).
