@@ -48,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
-from agents.collect import choose_action, collect_step, learn_step
+from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
 from agents.distributed import (
     _flat_config,
     config_digest,
@@ -202,12 +202,7 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
             start, T = replay.storage.add_episode(
                 ep["observation"], ep["action"], ep["reward"], achieved_goal=ep["achieved_goal"],
                 desired_goal=ep["desired_goal"], terminated=ep["terminated"], info=ep["info"])
-            slots = (start + np.arange(T)) % replay.storage.n_slots
-            if t_cfg.normalizer_relabeled:
-                b = replay.batch_from_slots(slots)
-                agent.update_normalizer(b.observation, b.desired_goal)
-            else:
-                agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])
+            normalize_from_episode(agent, replay, start, T, t_cfg.normalizer_relabeled)
             received[actor] += 1
             counters["episodes"] += 1
             counters["env_steps"] += T

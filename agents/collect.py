@@ -9,7 +9,7 @@ import numpy as np
 
 from envs import VectorStep, split_autoreset
 
-__all__ = ["choose_action", "collect_step", "learn_step"]
+__all__ = ["choose_action", "collect_step", "learn_step", "normalize_from_episode"]
 
 
 def choose_action(agent: Any, obs: dict[str, np.ndarray], spec: Any, n_envs: int, warmup: bool,
@@ -46,3 +46,15 @@ def learn_step(agent: Any, replay: Any, batch_size: int, metrics: dict[str, list
     for k, v in m.items():
         if k != "td_error":
             metrics.setdefault(k, []).append(float(v))
+
+
+def normalize_from_episode(agent: Any, replay: Any, start: int, T: int, relabeled: bool = True) -> None:
+    """Feed the agent's normalizers the observations and goals of a newly stored episode: with ``relabeled``,
+    a HER-relabeled batch of its transitions (openai/baselines, so goal statistics include relabeled goals),
+    else the stored desired goals."""
+    slots = (start + np.arange(T)) % replay.storage.n_slots
+    if relabeled:
+        b = replay.batch_from_slots(slots)
+        agent.update_normalizer(b.observation, b.desired_goal)
+    else:
+        agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])

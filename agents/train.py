@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from agents.collect import choose_action, collect_step, learn_step
+from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
 from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 from agents.distributed import NullLogger, init_distributed  # DIST
 from agents.logger import RunLogger
@@ -168,12 +168,7 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
                 train_successes += step.is_success[step.done].astype(float).tolist()
                 counters["episodes"] += int(step.done.sum())
             for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
-                slots = (start + np.arange(T)) % replay.storage.n_slots
-                if t_cfg.normalizer_relabeled:
-                    b = replay.batch_from_slots(slots)
-                    agent.update_normalizer(b.observation, b.desired_goal)
-                else:
-                    agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])
+                normalize_from_episode(agent, replay, start, T, t_cfg.normalizer_relabeled)
 
             # -- update
             pending_updates += n_envs * t_cfg.updates_per_step
