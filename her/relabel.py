@@ -58,13 +58,17 @@ class GoalRelabeler:
         u = rng.random((2, len(slots)))
         relabeled = u[0] < self.relabel_probability
         t, T = records["step"], records["length"]
+        # goal_slot = slot of ag_{t'} = slots + (t' - t); take(mode="wrap") applies the ring's modulo
         if self.strategy == "future":
-            offset = 1 + (u[1] * (T - t)).astype(np.int64)  # t' - t uniform in {1..T-t}
+            goal_slot = (u[1] * (T - t)).astype(np.int64)  # t' - t - 1 uniform in {0..T-t-1}
+            goal_slot += slots
+            goal_slot += 1
         elif self.strategy == "final":
-            offset = (T - t).astype(np.int64)
+            goal_slot = slots + (T - t)
         else:
-            offset = 1 + (u[1] * T).astype(np.int64) - t  # t' uniform in {1..T}
-        goal_slot = slots + offset  # take(mode="wrap") applies the ring's modulo
+            goal_slot = (u[1] * T).astype(np.int64)  # t' - 1 uniform in {0..T-1}
+            goal_slot += slots + 1
+            goal_slot -= t
         mask = relabeled.reshape(-1, *([1] * len(storage.goal_shape)))
         goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0, mode="wrap"), records["desired_goal"])
         return goals, relabeled

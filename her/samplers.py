@@ -7,10 +7,12 @@ uniformly over all stored transitions; ``PrioritizedSampler`` draws in proportio
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .storage import EpisodeStorage
-from .trees import MinTree, SumTree, update_trees
+from .trees import SumTree
 
 __all__ = ["PrioritizedSampler", "UniformSampler"]
 
@@ -42,21 +44,25 @@ class UniformSampler:
                 "cannot sample: the storage holds no complete episode yet "
                 f"({sum(st.in_progress_lengths())} steps of unfinished episodes are not sampleable)"
             )
-        # Draw over the live state slots and redraw the hits on an episode's last state (not a transition):
-        # the live slots are contiguous in the ring, so this is uniform over transitions.
-        base, n_live, S = st.oldest_slot, st.n_live_states, st.n_slots
-        slots = (rng.random(batch_size) * n_live).astype(np.int64)
-        slots += base
-        if st.wraps:
-            slots %= S
-        rec = st.data.take(slots)
-        bad = rec["step"] >= rec["length"]  # an episode's last state, not a transition: draw again
-        while bad.any():
-            redo = (base + (rng.random(int(bad.sum())) * n_live).astype(np.int64)) % S
-            slots[bad] = redo
-            rec[bad] = st.data.take(redo)
-            bad = rec["step"] >= rec["length"]
-        return slots, np.ones(batch_size, np.float32), rec
+        # Rejection sampling over the live state slots (contiguous in the ring): draw a few more candidates than
+        # needed, keep the ones that start a transition (not an episode's last state), in draw order, take the
+        # first B. Uniform over transitions; a shortfall (rare) draws again.
+        slots = self._accepted(batch_size, rng)
+        while len(slots) < batch_size:
+            slots = np.concatenate([slots, self._accepted(batch_size - len(slots), rng)])
+        slots = slots[:batch_size]
+        return slots, np.ones(batch_size, np.float32), st.data.take(slots)
+
+    def _accepted(self, need: int, rng: np.random.Generator) -> np.ndarray:
+        st = self.storage
+        base, n_live = st.oldest_slot, st.n_live_states
+        accept = st.n_transitions / n_live
+        extra = 3.0 * math.sqrt(need * (1.0 - accept)) / accept + 8.0  # 3 sigma of the rejected count, and some
+        cand = (rng.random(int(need / accept + extra)) * n_live).astype(np.int64)
+        cand += base
+        if base + n_live > st.n_slots:
+            cand %= st.n_slots
+        return cand[st.sampleable.take(cand)]
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
         """No-op for uniform sampling."""
@@ -123,8 +129,7 @@ class PrioritizedSampler:
         self.rank_based = rank_based
         self.rank_resort_interval = int(rank_resort_interval)
         n = storage.n_slots
-        self.sum_tree = SumTree(n, branching)
-        self.min_tree = MinTree(n, branching)
+        self.sum_tree = SumTree(n, branching, track_min=True)  # priorities by slot; 0 = no transition
         self.max_priority: float | None = None  # largest p_i computed from TD errors so far
         self.n_samples = 0
         self._abs_td = np.zeros(n, np.float64)  # rank-based only: last |delta| per slot
@@ -135,19 +140,11 @@ class PrioritizedSampler:
     def on_transitions_added(self, slots: np.ndarray) -> None:
         p = 1.0 if self.max_priority is None else self.max_priority
         self.sum_tree.update(slots, p)
-        self.min_tree.update(slots, p)
         if self.rank_based:
             self._abs_td[slots] = np.inf  # new transitions rank first
 
     def on_transitions_removed(self, slots: np.ndarray) -> None:
         self.sum_tree.update(slots, 0.0)
-        self.min_tree.update(slots, np.inf)
-
-    def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        update_trees([self.sum_tree, self.min_tree], slots, priorities)
-        if len(priorities):
-            top = float(np.max(priorities))
-            self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
 
     @property
     def beta(self) -> float:
@@ -156,6 +153,11 @@ class PrioritizedSampler:
             return self.beta0
         frac = min(1.0, self.n_samples / self.beta_annealing_steps)
         return self.beta0 + (1.0 - self.beta0) * frac
+
+    @property
+    def min_priority(self) -> float:
+        """The smallest priority of a stored transition, ``p_min`` of the IS weights (inf when none)."""
+        return self.sum_tree.min_positive
 
     def priorities(self, slots: np.ndarray) -> np.ndarray:
         """Stored priorities ``p_i`` of the given slots, float64."""
@@ -173,9 +175,8 @@ class PrioritizedSampler:
             raise ValueError("cannot sample: the storage holds no complete episode yet")
         total = self.sum_tree.total
         masses = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        slots = self.sum_tree.find(masses)
-        p = self.sum_tree[slots]
-        weights = (p / self.min_tree.root) ** (-self.beta)
+        slots, p = self.sum_tree.find(masses, return_values=True)
+        weights = (p / self.sum_tree.min_positive) ** (-self.beta)
         self.n_samples += 1
         return slots, weights.astype(np.float32), self.storage.data.take(slots)
 
@@ -192,26 +193,47 @@ class PrioritizedSampler:
         delta = np.abs(np.asarray(td_error, np.float64).reshape(-1))
         if delta.shape != slots.shape:
             raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
-        if not np.isfinite(delta).all():
-            raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
-        live = self.sum_tree[slots] > 0  # a slot may have been dropped since it was sampled
-        slots, delta = slots[live], delta[live]
+        if slots.size == 0:
+            return
+        if slots.min() < 0:
+            raise IndexError(f"slots must be in [0, {self.sum_tree.capacity}), got {slots.min()}")
+        live = self.sum_tree.leaves[slots] > 0  # IndexError past the capacity; a slot may have been dropped since
+        if not live.all():
+            slots, delta = slots[live], delta[live]
+            if not slots.size:
+                return
         if self.td_error_clip is not None:
             delta = np.minimum(delta, self.td_error_clip)
         if self.rank_based:
+            if not np.isfinite(delta).all():
+                raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
             self._abs_td[slots] = delta
             self._n_updates += 1
             if self._n_updates % self.rank_resort_interval == 0:
                 self._rerank()
             return
-        self._set(slots, (delta + self.eps) ** self.alpha)
+        p = (delta + self.eps) ** self.alpha  # >= eps ** alpha > 0
+        top = p.max()
+        if not np.isfinite(top):  # NaN propagates through the max: one check for NaN, inf and overflow
+            bad = ~np.isfinite(delta)
+            if bad.any():
+                raise ValueError(f"TD errors must be finite, got {delta[bad][:5].tolist()}")
+            raise ValueError(f"priorities (|delta| + eps) ** alpha overflow for |delta| = "
+                             f"{delta[~np.isfinite(p)][:5].tolist()} (alpha = {self.alpha})")
+        self._set(slots, p, float(top))
+
+    def _set(self, slots: np.ndarray, priorities: np.ndarray, top: float) -> None:
+        # slots in range, priorities finite and > 0, top their max: checked and computed by the callers
+        if len(priorities):
+            self.sum_tree._write(slots, priorities)
+            self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
 
     def _rerank(self) -> None:
         slots = self.storage.transition_slots()
         order = np.argsort(-self._abs_td[slots], kind="stable")
         p = np.empty(len(slots))
         p[order] = (1.0 / np.arange(1, len(slots) + 1)) ** self.alpha
-        self._set(slots, p)
+        self._set(slots, p, float(p.max()) if len(p) else 0.0)
 
     def state_dict(self) -> dict:
         return {"leaves": self.sum_tree.leaves.copy(), "n_samples": self.n_samples, "abs_td": self._abs_td.copy(),
@@ -220,9 +242,8 @@ class PrioritizedSampler:
     def load_state_dict(self, state: dict) -> None:
         leaves = np.asarray(state["leaves"], np.float64)
         live = leaves > 0
-        for tree, empty in ((self.sum_tree, 0.0), (self.min_tree, np.inf)):
-            tree.levels[tree.depth][: tree.capacity] = np.where(live, leaves, empty)
-            tree.rebuild()
+        self.sum_tree.levels[self.sum_tree.depth][: self.sum_tree.capacity] = np.where(live, leaves, 0.0)
+        self.sum_tree.rebuild()
         self.n_samples = int(state["n_samples"])
         self._abs_td[:] = state["abs_td"]
         mp = float(state["max_priority"])

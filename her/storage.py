@@ -117,6 +117,9 @@ class EpisodeStorage:
         self.action, self.reward = self.data["action"], self.data["reward"]
         self.terminated, self.step, self.episode_length = self.data["terminated"], self.data["step"], self.data["length"]
         self.info = {k: self.data["info." + k] for k in self.info_shapes}
+        # 1 byte per slot, True where the slot holds a sampleable transition: samplers test candidate slots
+        # here (1 MB per million slots, mostly in cache) before gathering the records of the accepted ones.
+        self.sampleable = np.zeros(S, np.bool_)
 
         self._head = 0  # next slot to write
         self._episodes: deque[tuple[int, int]] = deque()  # live episodes (start slot, T), oldest first
@@ -155,8 +158,7 @@ class EpisodeStorage:
 
     def is_transition(self, slots: np.ndarray) -> np.ndarray:
         """True where a slot holds a sampleable transition (live episode, not its last state)."""
-        rec = self.data[slots]
-        return rec["step"] < rec["length"]
+        return self.sampleable[slots]
 
     def transition_slots(self) -> np.ndarray:
         """All slots holding sampleable transitions, oldest first, int64 [len(self)]."""
@@ -264,6 +266,8 @@ class EpisodeStorage:
             d["info." + k][trans] = data["info." + k]
         d["step"][states] = np.arange(n, dtype=np.int32)
         d["length"][states] = T
+        self.sampleable[states] = True
+        self.sampleable[(start + T) % S] = False  # the last state starts no transition
         d["terminated"][states] = False
         d["episode_terminated"][states] = terminated
         if terminated:
@@ -283,6 +287,7 @@ class EpisodeStorage:
         start, T = self._episodes.popleft()
         states = (start + np.arange(T + 1)) % self.n_slots
         self.data["length"][states] = 0
+        self.sampleable[states] = False
         self._n_live_states -= T + 1
         self.n_transitions -= T
         for listener in self._listeners:
@@ -483,6 +488,7 @@ class EpisodeStorage:
                 got = None if saved is None else saved.shape
                 raise ValueError(f"{k}: saved shape {got}, expected {a.shape} (another storage layout)")
             a[...] = saved
+        self.sampleable[:] = self.data["step"] < self.data["length"]
         self._episodes = deque((int(s), int(T)) for s, T in np.asarray(state["episodes"]).reshape(-1, 2))
         self._head, self._n_live_states, self.n_transitions, self.n_episodes_added = head, live, n_tr, n_added
         self.discard_in_progress()
@@ -514,7 +520,7 @@ class EpisodeStorage:
     @property
     def nbytes(self) -> int:
         """Bytes held by the ring arrays."""
-        return int(self.data.nbytes + (self.achieved_goal.nbytes if self.has_goals else 0))
+        return int(self.data.nbytes + self.sampleable.nbytes + (self.achieved_goal.nbytes if self.has_goals else 0))
 
     def _arrays(self) -> dict[str, np.ndarray]:
         """Every stored array by name: the record fields and the achieved goals."""

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["MaxTree", "MinTree", "SegmentTree", "SumTree", "update_trees"]
+__all__ = ["MaxTree", "MinTree", "SegmentTree", "SumTree"]
 
 
 class SegmentTree:
@@ -71,10 +71,13 @@ class SegmentTree:
             self._upper_stale = False
 
     def reduce_rows(self, children: np.ndarray) -> np.ndarray:
-        """The node values of rows of children [N, branching]; the same per row whatever N (exact nodes)."""
-        if self._ufunc is np.add:
-            return np.add.reduce(children, axis=1)
-        # min/max: elementwise over the K columns of a transposed copy is ~2x faster than a row reduction
+        """The node values of rows of children [N, branching]; the same per row whatever N (exact nodes).
+
+        The K columns of a transposed copy are reduced elementwise, in column order (faster than a row
+        reduction, and a sum is then the sequential sum ``((c_0 + c_1) + c_2) + ...`` that ``find`` relies on).
+        """
+        if len(children) == 1:  # numpy would sum one row pairwise: reduce two copies to keep the column order
+            return self._ufunc.reduce(np.ascontiguousarray(np.repeat(children, 2, axis=0).T), axis=0)[:1]
         return self._ufunc.reduce(np.ascontiguousarray(children.T), axis=0)
 
     @property
@@ -85,6 +88,8 @@ class SegmentTree:
     @property
     def root(self) -> float:
         """Reduction over all leaves."""
+        if self._upper_stale and self._ufunc is not np.add:  # min/max are exact in any order: skip the sync
+            return float(self._ufunc.reduce(self._levels[self._top]))
         self._sync_upper()
         return float(self._levels[0][0])
 
@@ -106,6 +111,10 @@ class SegmentTree:
         lo, hi = idx.min(), idx.max()
         if lo < 0 or hi >= self.capacity:
             raise IndexError(f"tree indices must be in [0, {self.capacity}), got [{lo}, {hi}]")
+        self._write(idx, values)
+
+    def _write(self, idx: np.ndarray, values: np.ndarray | float) -> None:
+        """``update`` without the checks: ``idx`` int64 [B] in range, ``values`` valid for this tree."""
         self._levels[self.depth][idx] = values
         k = self.branching
         for d in range(self.depth - 1, self._top - 1, -1):
@@ -129,56 +138,65 @@ class SegmentTree:
         self._changed()
 
 
-def update_trees(trees: list[SegmentTree], indices: np.ndarray, values: np.ndarray) -> None:
-    """``tree.update(indices, values)`` for several trees of the same shape in one pass over the levels.
-
-    Raises:
-        ValueError: the trees differ in capacity or branching, or a value is NaN, infinite or negative.
-        IndexError: an index outside [0, capacity).
-    """
-    first = trees[0]
-    if any(t.capacity != first.capacity or t.branching != first.branching for t in trees):
-        raise ValueError("update_trees needs trees of the same capacity and branching")
-    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-    if idx.size == 0:
-        return
-    v = np.asarray(values, dtype=np.float64)
-    if v.size and not (v.min() >= 0 and np.isfinite(v.max())):
-        raise ValueError(f"priorities must be finite and >= 0, got {v[~(np.isfinite(v) & (v >= 0))][:5].tolist()}")
-    lo, hi = idx.min(), idx.max()
-    if lo < 0 or hi >= first.capacity:
-        raise IndexError(f"tree indices must be in [0, {first.capacity}), got [{lo}, {hi}]")
-    if idx.size > first.branching ** (first.depth - 1):  # large batch: plain per-tree updates rebuild levels
-        for t in trees:
-            t.update(idx, v)
-        return
-    for t in trees:
-        t._levels[t.depth][idx] = v
-    for d in range(first.depth - 1, first._top - 1, -1):
-        idx = idx // first.branching
-        for t in trees:
-            t._levels[d][idx] = t.reduce_rows(t._rows[d + 1].take(idx, axis=0))
-    for t in trees:
-        t._upper_stale = t._top > 0
-        t._changed()
-
-
 class SumTree(SegmentTree):
-    """Sum tree with a batched prefix-sum search (``find``). Leaf values must be finite and >= 0."""
+    """Sum tree with a batched prefix-sum search (``find``). Leaf values must be finite and >= 0.
 
-    def __init__(self, capacity: int, branching: int = 16) -> None:
+    With ``track_min=True`` it also keeps the smallest positive leaf (``min_positive``; a prioritized sampler's
+    ``p_min`` for the importance-sampling weights) in min levels over the same leaves: an update gathers each
+    changed row of leaves once for both, and no second leaf array is kept (8 bytes per leaf saved).
+    """
+
+    def __init__(self, capacity: int, branching: int = 16, track_min: bool = False) -> None:
         super().__init__(capacity, "sum", branching)
-        # ``find`` starts with one binary search over the prefix sums of level `_top` (recomputed after updates,
-        # once per ``find``), which replaces the descent through the levels above it.
+        self.track_min = bool(track_min)
+        # min over the positive leaves below each node, levels `_top`..depth-1 (None above `_top`: unused)
+        self._min_levels: list[np.ndarray | None] = [None] * self.depth
+        if self.track_min:
+            for d in range(self._top, self.depth):
+                self._min_levels[d] = np.full(self.branching**d, np.inf)
+        # ``find`` starts with one binary search over the prefix sums of level `_top` (recomputed lazily after
+        # updates), which replaces the descent through the levels above it.
         self._top_prefix: np.ndarray | None = None
+        # running sums of K children as one BLAS product: each column j sums the children 0..j in order (the
+        # kernel accumulates over the inner dimension sequentially), so the sums never decrease along a row
         self._upper = np.triu(np.ones((self.branching, self.branching)))
 
     def _changed(self) -> None:
         self._top_prefix = None
 
+    def _prefix(self) -> np.ndarray:
+        """Prefix sums ``[0, x_0, x_0 + x_1, ...]`` of level `_top`, non-decreasing, cached until the next write."""
+        if self._top_prefix is None:
+            top = self._levels[self._top]
+            k = self.branching
+            prefix = np.empty(len(top) + 1)
+            prefix[0] = 0.0
+            if len(top) % k or len(top) < 2 * k:
+                np.cumsum(top, out=prefix[1:])
+            else:  # np.cumsum is a scalar loop: within-row running sums (BLAS) plus cumulated row offsets
+                within = top.reshape(-1, k) @ self._upper  # [rows, K]
+                offset = np.cumsum(within[:-1, -1])
+                body = prefix[1:].reshape(-1, k)
+                body[0] = within[0]
+                # fl(offset_r + within_r,j) is non-decreasing in j, and the row's last one is offset_{r+1}
+                np.add(within[1:], offset[:, None], out=body[1:])
+            self._top_prefix = prefix
+        return self._top_prefix
+
     @property
     def total(self) -> float:
-        return self.root
+        """The total mass ``find`` searches: the sum of all leaves (the last prefix sum of level `_top`)."""
+        return float(self._prefix()[-1])
+
+    @property
+    def min_positive(self) -> float:
+        """The smallest positive leaf (``inf`` when no leaf is positive). Needs ``track_min=True``."""
+        if not self.track_min:
+            raise RuntimeError("min_positive needs a SumTree built with track_min=True")
+        if self._top == self.depth:  # a small tree: its leaves are the top level
+            positive = self.leaves[self.leaves > 0]
+            return float(positive.min()) if positive.size else float("inf")
+        return float(self._min_levels[self._top].min())
 
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set leaf priorities; refuses NaN, infinite or negative values with a ValueError."""
@@ -188,41 +206,78 @@ class SumTree(SegmentTree):
             raise ValueError(f"priorities must be finite and >= 0, got {bad.tolist()}")
         super().update(indices, v)
 
-    def find(self, prefix_masses: np.ndarray) -> np.ndarray:
+    def _write(self, idx: np.ndarray, values: np.ndarray | float) -> None:
+        k, D = self.branching, self.depth
+        if not self.track_min or self._top == D:
+            super()._write(idx, values)
+            return
+        if idx.size > k ** (D - 1):  # a large batch: write, then rebuild every level
+            self._levels[D][idx] = values
+            self.rebuild()
+            return
+        self._levels[D][idx] = values
+        idx = idx // k
+        # the changed rows of leaves, gathered once for the sum and the min of the level above
+        rows = np.ascontiguousarray(self._rows[D].take(idx if len(idx) > 1 else np.repeat(idx, 2), axis=0).T)
+        self._levels[D - 1][idx] = np.add.reduce(rows, axis=0)[: len(idx)]  # = reduce_rows: exact nodes
+        rows[rows == 0.0] = np.inf  # empty leaves never count as the minimum
+        self._min_levels[D - 1][idx] = np.minimum.reduce(rows, axis=0)[: len(idx)]
+        for d in range(D - 2, self._top - 1, -1):
+            idx = idx // k
+            self._levels[d][idx] = self.reduce_rows(self._rows[d + 1].take(idx, axis=0))
+            children = self._min_levels[d + 1].reshape(-1, k).take(idx, axis=0)
+            self._min_levels[d][idx] = np.minimum.reduce(np.ascontiguousarray(children.T), axis=0)
+        self._upper_stale = self._top > 0
+        self._changed()
+
+    def rebuild(self) -> None:
+        super().rebuild()
+        if self.track_min and self._top < self.depth:
+            k, D = self.branching, self.depth
+            leaves = self._levels[D]
+            self._min_levels[D - 1][:] = np.where(leaves > 0, leaves, np.inf).reshape(-1, k).min(axis=1)
+            for d in range(D - 2, self._top - 1, -1):
+                self._min_levels[d][:] = self._min_levels[d + 1].reshape(-1, k).min(axis=1)
+
+    def find(self, prefix_masses: np.ndarray, return_values: bool = False):
         """For each mass ``m``, the leaf ``i`` with ``sum(leaves[:i]) <= m < sum(leaves[:i+1])``.
 
         Args:
             prefix_masses: float array [B] in [0, total).
+            return_values: also return the leaves' values (read on the way down, no second gather).
         Returns:
             int64 array [B] of leaf indices; never a leaf of value 0 while ``total > 0`` (masses at or past
-            the total, from rounding, land on the last positive leaf).
+            the total, from rounding, land on the last positive leaf). With ``return_values``, a tuple
+            ``(indices, float64 values [B])``.
         Raises:
             ValueError: the tree is empty (total == 0).
         """
-        if not self.root > 0:
+        prefix = self._prefix()
+        if not prefix[-1] > 0:
             raise ValueError("cannot sample from a sum tree whose total priority is 0 (no items)")
-        mass = np.maximum(np.asarray(prefix_masses, dtype=np.float64).reshape(-1), 0.0)
-        rows = np.arange(mass.shape[0])
-        # Top levels: one binary search over the prefix sums of level `_top` (empty nodes have empty intervals).
-        top = self._levels[self._top]
-        if self._top_prefix is None:
-            self._top_prefix = np.concatenate([[0.0], np.cumsum(top)])
-        prefix = self._top_prefix
+        mass = np.maximum(np.asarray(prefix_masses, dtype=np.float64).reshape(-1), 0.0)  # a fresh array
+        # Top levels: one binary search over the prefix sums of level `_top`; the node found has mass > 0
+        # because the prefix sums never decrease and the node's interval [prefix_i, prefix_i+1) holds m.
         idx = np.searchsorted(prefix, mass, side="right") - 1
-        if idx.max() >= len(top):  # a mass at or past the total (rounding): the last node with mass
-            idx = np.minimum(idx, int(np.flatnonzero(top > 0)[-1]))
-        mass -= prefix[idx]
-        np.maximum(mass, 0.0, out=mass)
+        n_top = len(prefix) - 1
+        if idx.max() >= n_top:  # a mass at or past the total (rounding): the last node with mass
+            idx = np.minimum(idx, int(np.flatnonzero(self._levels[self._top] > 0)[-1]))
+        mass -= prefix[idx]  # >= 0
         # Lower levels: pick the first child whose running sum passes the mass.
         k = self.branching
+        rows = np.arange(len(idx))
+        value = None
         for d in range(self._top + 1, self.depth + 1):
             children = self._rows[d].take(idx, axis=0)  # [B, K]
-            csum = children @ self._upper  # running sums (a BLAS product: 3x faster than np.cumsum here)
-            np.minimum(mass, np.nextafter(csum[:, -1], 0.0), out=mass)  # stay inside this node
-            j = (csum > mass[:, None]).argmax(axis=1)  # its child is positive: csum[j-1] <= mass < csum[j]
-            mass -= csum[rows, j] - children[rows, j]
+            csum = children @ self._upper  # [B, K] running sums
+            np.minimum(mass, np.nextafter(csum[:, -1], 0.0), out=mass)  # stay inside this node (rounding)
+            j = (csum > mass[:, None]).argmax(axis=1)  # csum[j-1] <= mass < csum[j]: child j has mass > 0
+            value = children[rows, j]
+            mass -= csum[rows, j] - value  # minus csum[j-1]; >= 0 up to rounding
             np.maximum(mass, 0.0, out=mass)
             idx = idx * k + j
+        if return_values:
+            return idx, (self._levels[self.depth][idx] if value is None else value)
         return idx
 
 

@@ -71,19 +71,30 @@ def test_million_leaf_tree_finds_exact_indices(branching):
     np.testing.assert_array_equal(tree.find(k + 0.5), k)
 
 
+def small_top(cls, top_nodes: int):
+    """``cls`` with updates maintaining levels only up to ``top_nodes`` nodes (the default, 4096, covers every
+    tree of these tests whole), so that small trees go through the code paths of large ones."""
+    return type(cls.__name__, (cls,), {"TOP_NODES": top_nodes})
+
+
 @SETTINGS
-@given(st.integers(1, 300), st.sampled_from([2, 3, 32]), st.data())
-def test_tree_nodes_stay_exact_reductions_under_random_batched_updates(capacity, branching, data):
-    trees = {"sum": her.SumTree(capacity, branching), "min": her.MinTree(capacity, branching),
-             "max": her.MaxTree(capacity, branching)}
-    ops = {"sum": np.sum, "min": np.min, "max": np.max}
+@given(st.integers(1, 300), st.sampled_from([2, 3, 32]), st.sampled_from([1, 4, 4096]), st.data())
+def test_tree_nodes_stay_exact_reductions_under_random_batched_updates(capacity, branching, top_nodes, data):
+    trees = {"sum": small_top(her.SumTree, top_nodes)(capacity, branching),
+             "sum+min": small_top(her.SumTree, top_nodes)(capacity, branching, track_min=True),
+             "min": small_top(her.MinTree, top_nodes)(capacity, branching),
+             "max": small_top(her.MaxTree, top_nodes)(capacity, branching)}
+    ops = {"sum": np.sum, "sum+min": np.sum, "min": np.min, "max": np.max}
     leaves = {name: np.full(capacity, t.neutral) for name, t in trees.items()}
     for _ in range(data.draw(st.integers(1, 6))):
         idx = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=2 * capacity)))
-        vals = np.array(data.draw(st.lists(st.floats(0, 1e6), min_size=len(idx), max_size=len(idx))))
+        vals = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-3, 1.0, 7.5]) | st.floats(0, 1e6),
+                                           min_size=len(idx), max_size=len(idx))))
         for name, tree in trees.items():
             tree.update(idx, vals)
             leaves[name][idx] = vals  # same (last-wins) semantics for repeated indices
+        positive = leaves["sum"][leaves["sum"] > 0]
+        assert trees["sum+min"].min_positive == (positive.min() if positive.size else np.inf)
     for name, tree in trees.items():
         np.testing.assert_array_equal(tree.leaves, leaves[name])
         for d in range(tree.depth):  # every internal node is the reduction of its children
@@ -93,17 +104,22 @@ def test_tree_nodes_stay_exact_reductions_under_random_batched_updates(capacity,
         assert np.all(tree.levels[tree.depth][capacity:] == tree.neutral)
     assert math.isclose(trees["sum"].root, math.fsum(leaves["sum"]), rel_tol=1e-12, abs_tol=1e-9)
     assert trees["min"].root == leaves["min"].min() and trees["max"].root == leaves["max"].max()
+    tracked = trees["sum+min"]
+    padded = tracked.levels[tracked.depth]
+    for d in range(tracked._top, tracked.depth):  # each maintained min node: the min of the positive leaves below
+        below = np.where(padded > 0, padded, np.inf).reshape(len(tracked._min_levels[d]), -1)
+        np.testing.assert_array_equal(tracked._min_levels[d], below.min(axis=1))
 
 
 @SETTINGS
-@given(st.integers(1, 200), st.sampled_from([2, 32]), st.data())
+@given(st.integers(1, 200), st.sampled_from([2, 32]), st.sampled_from([1, 4, 64, 4096]), st.data())
 def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass_and_never_an_empty_one(capacity, branching,
-                                                                                           data):
+                                                                                           top_nodes, data):
     vals = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-3, 0.5, 1.0, 7.0, 1e4]), min_size=capacity,
                                        max_size=capacity)))
     if vals.sum() == 0:
         vals[-1] = 1.0
-    tree = her.SumTree(capacity, branching)
+    tree = small_top(her.SumTree, top_nodes)(capacity, branching)
     tree.update(np.arange(capacity), vals)
     u = np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50)))
     masses = np.concatenate([u * tree.total, [tree.total, np.nextafter(tree.total, 0)]])
@@ -194,8 +210,7 @@ def test_is_weights_are_finite_in_0_1_with_100_of_1000_slots_filled():
     _, w_hand = _weights_by_hand(sampler, p, slots)
     assert w_hand.max() == 1.0 and w_hand[np.argmin(p)] == 1.0
     np.testing.assert_allclose(w, w_hand[np.searchsorted(slots, drawn)], rtol=1e-5)
-    assert sampler.min_tree.root == pytest.approx(p.min())  # empty slots never count as the minimum
-    assert np.isinf(sampler.min_tree.leaves[np.setdiff1d(np.arange(storage.n_slots), slots)]).all()
+    assert sampler.min_priority == pytest.approx(p.min())  # empty slots never count as the minimum
 
 
 def _weights_by_hand(sampler, p, slots):
@@ -270,7 +285,7 @@ def test_beta_anneals_linearly_to_one():
         assert sampler.beta == pytest.approx(expected_beta)
         drawn, w, _ = sampler.sample(64, rng)
         p = sampler.priorities(drawn)
-        np.testing.assert_allclose(w, (p / sampler.min_tree.root) ** -expected_beta, rtol=1e-6)
+        np.testing.assert_allclose(w, (p / sampler.min_priority) ** -expected_beta, rtol=1e-6)
     assert sampler.beta == 1.0
     assert her.PrioritizedSampler(storage, beta0=0.4).beta == 0.4  # no annealing
 
@@ -312,7 +327,6 @@ def test_overwritten_transitions_lose_their_priorities():
     dead = np.setdiff1d(np.arange(storage.n_slots), live)
     assert set(storage.observation[live, 0].astype(int).tolist()) == {2, 3, 4}
     assert (sampler.sum_tree.leaves[dead] == 0).all()
-    assert np.isinf(sampler.min_tree.leaves[dead]).all()
     new = live[-8:]  # the two new episodes: the max priority seen
     np.testing.assert_allclose(sampler.priorities(new), sampler.max_priority)
     assert sampler.sum_tree.total == pytest.approx(sampler.priorities(live).sum())
@@ -339,8 +353,7 @@ def test_priority_mass_always_sits_exactly_on_live_transitions(capacity, lengths
         mask = np.zeros(storage.n_slots, bool)
         mask[live] = True
         assert (sampler.sum_tree.leaves[mask] > 0).all() and (sampler.sum_tree.leaves[~mask] == 0).all()
-        assert np.isinf(sampler.min_tree.leaves[~mask]).all()
-        assert sampler.min_tree.root == sampler.sum_tree.leaves[mask].min()
+        assert sampler.min_priority == sampler.sum_tree.leaves[mask].min()
 
 
 def test_buffer_state_round_trip_restores_priorities_and_draws(tmp_path):
@@ -354,7 +367,7 @@ def test_buffer_state_round_trip_restores_priorities_and_draws(tmp_path):
     buf2 = her.HerReplayBuffer(storage2, tag_reward, sampler=her.PrioritizedSampler(storage2), seed=99)
     buf2.load_state_dict(state)
     np.testing.assert_array_equal(buf2.sampler.sum_tree.leaves, buf.sampler.sum_tree.leaves)
-    assert buf2.sampler.min_tree.root == buf.sampler.min_tree.root
+    assert buf2.sampler.min_priority == buf.sampler.min_priority
     x, y = buf.sample(128), buf2.sample(128)
     for name in ("index", "weight", "desired_goal", "reward"):
         np.testing.assert_array_equal(getattr(x, name), getattr(y, name))

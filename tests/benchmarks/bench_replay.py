@@ -283,7 +283,8 @@ def section_prioritized(storage: her.EpisodeStorage) -> None:
         for i in idx:
             loop_tree.update(i, float(rng.random()))
 
-    tree = per_sampler.sum_tree
+    tree = her.SumTree(cap)  # a plain sum tree like the seed's (the sampler's also tracks the minimum)
+    tree.update(np.arange(cap), leaves)
 
     def batched_step():
         masses = (np.arange(B) + rng.random(B)) * (tree.total / B)
