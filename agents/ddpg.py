@@ -72,7 +72,7 @@ class DDPGAgent(GoalConditionedAgentBase):
         self.critic_optim.step()
 
         # --- actor: maximize Q(s, mu(s)) with an L2 penalty on the action
-        freeze(self.critic, True)
+        freeze(self.params(self.critic), True)
         with self.autocast():
             pi = self.actor(state)
             q_pi = self.critic(state, pi)
@@ -80,7 +80,7 @@ class DDPGAgent(GoalConditionedAgentBase):
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()
-        freeze(self.critic, False)
+        freeze(self.params(self.critic), False)
 
         self.num_updates += 1
         if cfg.target_update_interval and self.num_updates % cfg.target_update_interval == 0:

@@ -82,6 +82,7 @@ class RunningNormalizer:
     def _sync_torch(self) -> None:
         self.mean_t = torch.as_tensor(self.mean, dtype=torch.float32).to(self.device)
         self.std_t = torch.as_tensor(self.std, dtype=torch.float32).to(self.device)
+        self._mean32, self._std32 = self.mean.astype(np.float32), self.std.astype(np.float32)
 
     # ---------------------------------------------------------------- normalizing
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,9 +91,14 @@ class RunningNormalizer:
         return ((x - self.mean_t) / self.std_t).clamp_(-self.clip_range, self.clip_range)
 
     def normalize_np(self, x: np.ndarray) -> np.ndarray:
-        """Numpy version of :meth:`normalize` (float32 output)."""
-        x = np.clip(np.asarray(x, dtype=np.float64), -self.clip_obs, self.clip_obs)
-        return np.clip((x - self.mean) / self.std, -self.clip_range, self.clip_range).astype(np.float32)
+        """Numpy version of :meth:`normalize`, in float32 like it: ``[..., size]`` -> float32 ``[..., size]``."""
+        # np.minimum/np.maximum: np.clip costs ~5x more on the one-row arrays of acting
+        x = np.maximum(np.asarray(x, dtype=np.float32), -self.clip_obs)
+        np.minimum(x, self.clip_obs, out=x)
+        x -= self._mean32
+        x /= self._std32
+        np.maximum(x, -self.clip_range, out=x)
+        return np.minimum(x, self.clip_range, out=x)
 
     def to(self, device: torch.device | str) -> RunningNormalizer:
         self.device = torch.device(device)

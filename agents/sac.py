@@ -124,7 +124,7 @@ class SACAgent(GoalConditionedAgentBase):
         self.critic_optim.step()
 
         # --- actor: minimize alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi (reparameterized)
-        freeze(self.critic, True)
+        freeze(self.params(self.critic), True)
         with self.autocast():
             pi, log_prob = self.actor(state)
             q_pi = self.critic(state, pi).min(0).values
@@ -132,7 +132,7 @@ class SACAgent(GoalConditionedAgentBase):
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()
-        freeze(self.critic, False)
+        freeze(self.params(self.critic), False)
 
         # --- temperature: drive the entropy -E[log pi] towards target_entropy
         log_prob = log_prob.detach()

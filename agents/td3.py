@@ -108,7 +108,7 @@ class TD3Agent(GoalConditionedAgentBase):
 
         # --- delayed actor: maximize Q_1(s, mu(s)) with an L2 penalty on the action; then targets
         if self.num_updates % cfg.policy_delay == 0:
-            freeze(self.critic, True)
+            freeze(self.params(self.critic), True)
             with self.autocast():
                 pi = self.actor(state)
                 q_pi = self.critic(state, pi, member=0)
@@ -116,7 +116,7 @@ class TD3Agent(GoalConditionedAgentBase):
             self.actor_optim.zero_grad(set_to_none=True)
             actor_loss.backward()
             self.actor_optim.step()
-            freeze(self.critic, False)
+            freeze(self.params(self.critic), False)
             self._actor_loss = actor_loss.detach()
             interval = cfg.target_update_interval
             if interval and self.num_updates % (cfg.policy_delay * interval) == 0:

@@ -439,3 +439,31 @@ def test_random_eps_is_per_row():
     det = agent.act(obs, goal, deterministic=True)
     replaced = np.any(agent.act(obs, goal) != det, axis=1)
     assert replaced.mean() == pytest.approx(0.3, abs=0.05)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_numpy_acting_equals_the_torch_policy_after_updates_and_loads(algo, layer_norm):
+    torch.manual_seed(0)
+    agent = make_agent(algo, OBS, GOAL, ACT, layer_norm=layer_norm, **SMALL)
+    batch = make_batch(64)
+    agent.update_normalizer(batch.observation * 3 + 1, batch.desired_goal * 250)  # some goals past clip_obs
+    obs, goal = batch.observation * 3 + 1, batch.desired_goal * 250
+
+    def torch_policy() -> np.ndarray:
+        with torch.no_grad():
+            state = agent.preprocess(torch.as_tensor(obs), torch.as_tensor(goal, dtype=torch.float32))
+            return agent._policy(state, deterministic=True).numpy()
+
+    assert agent._numpy_policy() is not None  # the CPU path under test
+    np.testing.assert_allclose(agent.act(obs, goal, deterministic=True), torch_policy(), atol=2e-6)
+    for _ in range(3):  # in-place optimizer steps are seen through the parameter views
+        agent.update(batch)
+    np.testing.assert_allclose(agent.act(obs, goal, deterministic=True), torch_policy(), atol=2e-6)
+    torch.manual_seed(5)
+    agent.load_state_dict(make_agent(algo, OBS, GOAL, ACT, layer_norm=layer_norm, **SMALL).state_dict())
+    np.testing.assert_allclose(agent.act(obs, goal, deterministic=True), torch_policy(), atol=2e-6)
+    if algo == "sac":  # the stochastic action: tanh(mu + std * noise), not the mean
+        quiet = make_agent("sac", OBS, GOAL, ACT, noise_std=0.0, random_eps=0.0, seed=0, **SMALL)
+        sampled = quiet.act(np.repeat(obs[:1], 2000, 0), np.repeat(goal[:1], 2000, 0))
+        assert sampled.std(0).min() > 1e-3 and np.abs(sampled).max() <= 1.0
