@@ -85,7 +85,7 @@ def mlp(
         layers.append(nn.Linear(last, h))
         if layer_norm:
             layers.append(nn.LayerNorm(h))
-        layers.append(activation())
+        layers.append(activation(inplace=True) if activation is nn.ReLU else activation())
         last = h
     layers.append(nn.Linear(last, out_dim))
     return nn.Sequential(*layers)
@@ -255,5 +255,5 @@ class EnsembleCritic(nn.Module):
             h = linear(h, member)
             if self.norms is not None:
                 h = self.norms[i](h, member)
-            h = F.relu(h)
+            h = h.relu_()  # in place: the matmul's backward needs its inputs, not this output
         return full_precision(self.head(h, member).squeeze(-1))
