@@ -255,9 +255,9 @@ class GoalConditionedAgentBase:
         single = np.ndim(observation) == 1
         policy = self._numpy_policy()
         if policy is not None:
-            obs = self.obs_normalizer.normalize_np(np.reshape(observation, (-1, self.obs_dim)))
-            goal = self.goal_normalizer.normalize_np(np.reshape(desired_goal, (-1, self.goal_dim)))
-            action = policy(np.concatenate([obs, goal], axis=1), deterministic, self.rng)
+            state = np.concatenate([np.reshape(observation, (-1, self.obs_dim)),
+                                    np.reshape(desired_goal, (-1, self.goal_dim))], axis=1, dtype=np.float32)
+            action = policy(self._normalize_state_np(state), deterministic, self.rng)
         else:
             obs_t = self._tensor(observation).reshape(-1, self.obs_dim)
             goal_t = self._tensor(desired_goal).reshape(-1, self.goal_dim)
@@ -268,6 +268,28 @@ class GoalConditionedAgentBase:
         if not deterministic:
             action = self.explore(action)
         return action[0] if single else action
+
+    def _normalize_state_np(self, state: np.ndarray) -> np.ndarray:
+        """:meth:`preprocess` in numpy, in place on ``state = concat(observation, goal)`` float32 ``[N, S]``: one
+        pass with both normalizers' statistics side by side (the calls, not the arithmetic, cost here)."""
+        on, gn = self.obs_normalizer, self.goal_normalizer
+        key = (on._mean32, on._std32, gn._mean32, gn._std32)  # replaced (new arrays) whenever the stats change
+        cached = self.__dict__.get("_state_stats")
+        if cached is None or any(a is not b for a, b in zip(cached[0], key)):
+            def side_by_side(obs_part, goal_part):
+                return np.concatenate([np.broadcast_to(obs_part, self.obs_dim),
+                                       np.broadcast_to(goal_part, self.goal_dim)]).astype(np.float32)
+
+            clip_obs, clip_range = side_by_side(on.clip_obs, gn.clip_obs), side_by_side(on.clip_range, gn.clip_range)
+            cached = self._state_stats = (key, side_by_side(on._mean32, gn._mean32),
+                                          side_by_side(on._std32, gn._std32), -clip_obs, clip_obs, -clip_range, clip_range)
+        _, mean, std, obs_low, obs_high, low, high = cached
+        np.maximum(state, obs_low, out=state)
+        np.minimum(state, obs_high, out=state)
+        state -= mean
+        state /= std
+        np.maximum(state, low, out=state)
+        return np.minimum(state, high, out=state)
 
     def _numpy_policy(self):
         """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters), else None."""
