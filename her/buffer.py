@@ -209,12 +209,12 @@ class HerReplayBuffer:
     def _build(self, slots: np.ndarray, weight: np.ndarray, rec: np.ndarray) -> Batch:
         # Bound by numpy call overhead and cache misses: one record gather per state, few numpy calls.
         st, n, B = self.storage, self.n_step, len(slots)
+        nxt = slots + 1  # take(mode="wrap") applies the ring's modulo in C
         if self.relabeler is not None:
-            goals, relabeled = self.relabeler.relabel(st, slots, rec, self.rng)
+            goals, relabeled = self.relabeler.relabel(st, slots, rec, self.rng, nxt)
         else:
             goals, relabeled = None, np.zeros(B, bool)
         if n == 1:
-            nxt = slots + 1  # take(mode="wrap") applies the ring's modulo in C
             nrec = st.data.take(nxt, mode="wrap")
             if goals is not None:
                 info = {k: rec["info." + k] for k in st.info_shapes}

@@ -43,7 +43,12 @@ class GoalRelabeler:
         self.relabel_probability = self.n_sampled_goal / (self.n_sampled_goal + 1)
 
     def relabel(
-        self, storage: EpisodeStorage, slots: np.ndarray, records: np.ndarray, rng: np.random.Generator
+        self,
+        storage: EpisodeStorage,
+        slots: np.ndarray,
+        records: np.ndarray,
+        rng: np.random.Generator,
+        next_slots: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Goals for the transitions in ``slots``.
 
@@ -52,22 +57,23 @@ class GoalRelabeler:
             slots: int64 [B] transition slots.
             records: ``storage.data.take(slots)`` (their step ``t``, length ``T`` and desired goal are used).
             rng: numpy Generator.
+            next_slots: ``slots + 1`` if the caller has it (saves an array operation).
         Returns:
             goals: float32 [B, *goal_shape] (the stored desired goal where not relabeled); relabeled: bool [B].
         """
         u = rng.random((2, len(slots)))
         relabeled = u[0] < self.relabel_probability
         t, T = records["step"], records["length"]
-        # goal_slot = slot of ag_{t'} = slots + (t' - t); take(mode="wrap") applies the ring's modulo
+        nxt = slots + 1 if next_slots is None else next_slots
+        # goal_slot = slot of ag_{t'} = slots + 1 + (t' - t - 1); take(mode="wrap") applies the ring's modulo
         if self.strategy == "future":
             goal_slot = (u[1] * (T - t)).astype(np.int64)  # t' - t - 1 uniform in {0..T-t-1}
-            goal_slot += slots
-            goal_slot += 1
+            goal_slot += nxt
         elif self.strategy == "final":
             goal_slot = slots + (T - t)
         else:
             goal_slot = (u[1] * T).astype(np.int64)  # t' - 1 uniform in {0..T-1}
-            goal_slot += slots + 1
+            goal_slot += nxt
             goal_slot -= t
         mask = relabeled.reshape(-1, *([1] * len(storage.goal_shape)))
         goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0, mode="wrap"), records["desired_goal"])
