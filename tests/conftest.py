@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import her
 
@@ -284,6 +285,20 @@ def check_batch(batch: her.Batch, run: TagRun, live: list[int], *, strategy: str
         np.testing.assert_allclose(batch.reward[i], ref.reward, rtol=1e-5, atol=1e-4)
         np.testing.assert_allclose(batch.discount[i], ref.discount, rtol=1e-6)
         assert bool(batch.terminated[i]) == ref.terminated, f"row {i}: e={e} t={t} m={ref.m}"
+
+
+@st.composite
+def tag_setups(draw, max_len: int = 8, min_steps: int = 1):
+    """Random ``(n_envs, schedules, capacity, max_episode_steps, n_steps)``: 1-4 envs, each with a schedule of
+    episodes ``[(length <= max_len, terminated)]``, a capacity small enough to wrap the ring, and a number of
+    vector steps in ``[min_steps, 40]`` to run them for (``TagEnvs``)."""
+    n_envs = draw(st.integers(1, 4))
+    schedules = [draw(st.lists(st.tuples(st.integers(1, max_len), st.booleans()), min_size=1, max_size=4))
+                 for _ in range(n_envs)]
+    longest = max(ln for s in schedules for ln, _ in s)
+    capacity = draw(st.integers(longest, longest + 30))
+    max_episode_steps = draw(st.integers(1, max_len))
+    return n_envs, schedules, capacity, max_episode_steps, draw(st.integers(min_steps, 40))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from conftest import (
     reference_live,
     sparse_reward,
     tag_reward,
+    tag_setups,
     tag_success,
 )
 from hypothesis import HealthCheck, given, settings
@@ -26,15 +27,11 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 @st.composite
 def nstep_setups(draw, max_len: int = 9):
-    n_envs = draw(st.integers(1, 4))
-    schedules = [draw(st.lists(st.tuples(st.integers(1, max_len), st.booleans()), min_size=1, max_size=4))
-                 for _ in range(n_envs)]
-    longest = max(ln for s in schedules for ln, _ in s)
-    capacity = draw(st.integers(longest, longest + 30))
-    return {"n_envs": n_envs, "schedules": schedules, "capacity": capacity, "mes": draw(st.integers(1, max_len)),
-            "n_steps": draw(st.integers(max_len, 40)), "n": draw(st.integers(1, 6)),
-            "gamma": draw(st.sampled_from([0.5, 0.9, 0.98, 1.0])), "strategy": draw(st.sampled_from(her.STRATEGIES)),
-            "k": draw(st.integers(0, 4)), "prioritized": draw(st.booleans()), "seed": draw(st.integers(0, 2**31 - 1))}
+    n_envs, schedules, capacity, mes, n_steps = draw(tag_setups(max_len, min_steps=max_len))
+    return {"n_envs": n_envs, "schedules": schedules, "capacity": capacity, "mes": mes, "n_steps": n_steps,
+            "n": draw(st.integers(1, 6)), "gamma": draw(st.sampled_from([0.5, 0.9, 0.98, 1.0])),
+            "strategy": draw(st.sampled_from(her.STRATEGIES)), "k": draw(st.integers(0, 4)),
+            "prioritized": draw(st.booleans()), "seed": draw(st.integers(0, 2**31 - 1))}
 
 
 def _buffer(p, storage, **kw):

@@ -17,6 +17,7 @@ from conftest import (
     reference_sample,
     sparse_reward,
     tag_reward,
+    tag_setups,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,17 +27,6 @@ import her
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALPHA = 1e-4  # significance level of the statistical tests (fixed seeds make them deterministic anyway)
-
-
-@st.composite
-def tag_setups(draw, max_len: int = 8):
-    n_envs = draw(st.integers(1, 4))
-    schedules = [draw(st.lists(st.tuples(st.integers(1, max_len), st.booleans()), min_size=1, max_size=4))
-                 for _ in range(n_envs)]
-    longest = max(ln for s in schedules for ln, _ in s)
-    capacity = draw(st.integers(longest, longest + 30))
-    n_steps = draw(st.integers(max_len, 40))
-    return n_envs, schedules, capacity, draw(st.integers(1, max_len)), n_steps
 
 
 def _filled(setup):
@@ -56,7 +46,7 @@ def _goal_steps_of(batch):
 
 
 @SETTINGS
-@given(tag_setups(), st.sampled_from(her.STRATEGIES), st.integers(0, 6), st.integers(0, 2**31 - 1))
+@given(tag_setups(min_steps=8), st.sampled_from(her.STRATEGIES), st.integers(0, 6), st.integers(0, 2**31 - 1))
 def test_every_sampled_goal_reward_and_done_follow_the_semantics(setup, strategy, k, seed):
     storage, run, live = _filled(setup)
     if not live:
@@ -74,7 +64,7 @@ def test_every_sampled_goal_reward_and_done_follow_the_semantics(setup, strategy
 
 
 @SETTINGS
-@given(tag_setups(), st.sampled_from(her.STRATEGIES), st.integers(0, 2**31 - 1))
+@given(tag_setups(min_steps=8), st.sampled_from(her.STRATEGIES), st.integers(0, 2**31 - 1))
 def test_sampled_pairs_follow_the_reference_distribution(setup, strategy, seed):
     """Chi-square of (episode, t, goal step) counts against the brute-force enumeration of the semantics."""
     storage, run, live = _filled(setup)

@@ -20,6 +20,7 @@ from conftest import (
     make_tag_storage,
     reference_live,
     tag_reward,
+    tag_setups,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,19 +28,6 @@ from hypothesis import strategies as st
 import her
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def tag_setups(draw, max_len: int = 8):
-    """Random n_envs (1-4), per-env episode schedules (lengths, terminated), small capacities (wraparound)."""
-    n_envs = draw(st.integers(1, 4))
-    schedules = [draw(st.lists(st.tuples(st.integers(1, max_len), st.booleans()), min_size=1, max_size=4))
-                 for _ in range(n_envs)]
-    longest = max(ln for s in schedules for ln, _ in s)
-    capacity = draw(st.integers(longest, longest + 30))
-    max_episode_steps = draw(st.integers(1, max_len))
-    n_steps = draw(st.integers(1, 40))
-    return n_envs, schedules, capacity, max_episode_steps, n_steps
 
 
 # ---------------------------------------------------------------------------------------------------------
