@@ -9,7 +9,9 @@ Sections:
   ending in torch tensors on the CPU, for our ``HerReplayBuffer``, a plain numpy gather of B random rows of a flat
   transition table (observation, next observation, action, desired goal, next achieved goal as separate float32
   arrays) plus one vectorized reward (the floor), and Stable-Baselines3's ``HerReplayBuffer`` when SB3 is importable (a
-  benchmark-only dependency); ``add()`` cost per transition and bytes per stored transition.
+  benchmark-only dependency); at B = 256 also a lean one-function reference doing our sampler's work without its
+  checks and call structure (the per-call overhead of the composed library code); ``add()`` cost per transition
+  and bytes per stored transition.
 - ``prioritized`` (issue "Prioritized replay"): prioritized HER sample + priority update at B = 256 against a
   uniform HER sample, and our batched sum tree against a sum tree walked one sample at a time in a Python loop
   (the seed implementation's approach, written here as the reference).
@@ -120,6 +122,30 @@ def section_sampler(storage: her.EpisodeStorage) -> None:
     def ours(B: int):
         return buffer.sample(B).to_torch()
 
+    def lean(B: int):
+        # Our sampler's work (uniform draw with rejection of episode ends, `future` relabeling with k = 4,
+        # next states, rewards, the 8 training tensors) written as one function: no checks, one random draw,
+        # no Batch object. It tells the per-call overhead of the composed library code from the work itself.
+        st = storage
+        base, n_live = st.oldest_slot, st.n_live_states
+        n_cand = int(B * n_live / st.n_transitions) + 24
+        u = rng.random(n_cand + 2 * B)
+        cand = (u[:n_cand] * n_live).astype(np.int64)
+        cand += base
+        cand %= st.n_slots
+        slots = cand[st.sampleable.take(cand)][:B]
+        rec = st.data.take(slots)
+        nxt = slots + 1
+        offset = (u[n_cand:n_cand + B] * (rec["length"] - rec["step"])).astype(np.int64)
+        goal_slot = nxt + offset
+        relabel = u[n_cand + B:] < 0.8
+        g = np.where(relabel[:, None], st.achieved_goal.take(goal_slot, axis=0, mode="wrap"), rec["desired_goal"])
+        r = fetch_reward(st.achieved_goal.take(nxt, axis=0, mode="wrap"), g)
+        nrec = st.data.take(nxt, mode="wrap")
+        return [torch.from_numpy(x) for x in (rec["observation"], g, rec["action"], r, nrec["observation"],
+                                               np.full(B, 0.98, np.float32), rec["terminated"],
+                                               np.ones(B, np.float32))]
+
     sb3 = _sb3_buffer()
     print(f"\n== HER sample, B random transitions from {len(storage):,} stored, ending in torch tensors ==")
     print(f"{'B':>6} {'floor us':>10} {'ours us':>10} {'ours/floor':>11} {'SB3 us':>10} {'SB3/ours':>9}")
@@ -128,6 +154,10 @@ def section_sampler(storage: her.EpisodeStorage) -> None:
         t_sb3 = timeit(lambda: sb3.sample(B), repeats=30, warmup=3) if sb3 is not None else float("nan")
         print(f"{B:>6} {t_floor * 1e6:>10.0f} {t_ours * 1e6:>10.0f} {t_ours / t_floor:>11.2f} "
               f"{t_sb3 * 1e6:>10.0f} {t_sb3 / t_ours:>9.1f}")
+
+    t_floor, t_lean = timeit_many([lambda: floor(256), lambda: lean(256)])
+    print(f"   256 lean one-function reference (same work, no checks): {t_lean * 1e6:.0f} us, "
+          f"{t_lean / t_floor:.2f}x the floor ({t_floor * 1e6:.0f} us)")
 
     # add(): one step of one env at a time, as a training loop does.
     steps = _step_rows(2000)
