@@ -255,6 +255,8 @@ class GoalConditionedAgentBase:
         single = np.ndim(observation) == 1
         policy = self._numpy_policy()
         if policy is not None:
+            observation, desired_goal = (x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+                                         for x in (observation, desired_goal))
             state = np.concatenate([np.reshape(observation, (-1, self.obs_dim)),
                                     np.reshape(desired_goal, (-1, self.goal_dim))], axis=1, dtype=np.float32)
             action = policy(self._normalize_state_np(state), deterministic, self.rng)
@@ -273,9 +275,11 @@ class GoalConditionedAgentBase:
         """:meth:`preprocess` in numpy, in place on ``state = concat(observation, goal)`` float32 ``[N, S]``: one
         pass with both normalizers' statistics side by side (the calls, not the arithmetic, cost here)."""
         on, gn = self.obs_normalizer, self.goal_normalizer
-        key = (on._mean32, on._std32, gn._mean32, gn._std32)  # replaced (new arrays) whenever the stats change
+        arrays = (on._mean32, on._std32, gn._mean32, gn._std32)  # new arrays whenever the statistics change
+        clips = (on.clip_obs, gn.clip_obs, on.clip_range, gn.clip_range)
         cached = self.__dict__.get("_state_stats")
-        if cached is None or any(a is not b for a, b in zip(cached[0], key)):
+        if cached is None or any(a is not b for a, b in zip(cached[0][0], arrays)) or cached[0][1] != clips:
+            key = (arrays, clips)
             def side_by_side(obs_part, goal_part):
                 return np.concatenate([np.broadcast_to(obs_part, self.obs_dim),
                                        np.broadcast_to(goal_part, self.goal_dim)]).astype(np.float32)
@@ -290,6 +294,12 @@ class GoalConditionedAgentBase:
         state /= std
         np.maximum(state, low, out=state)
         return np.minimum(state, high, out=state)
+
+    #: per-instance caches of parameter views and lists: rebuilt on demand, never pickled or deep-copied
+    _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}
 
     def _numpy_policy(self):
         """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters), else None."""

@@ -122,6 +122,8 @@ class PrioritizedSampler:
             raise ValueError(f"beta0 must be in [0, 1], got {beta0}")
         if eps <= 0:
             raise ValueError(f"eps must be > 0, got {eps}")
+        if not float(eps) ** float(alpha) > 0:  # a zero priority would make a stored transition unsampleable
+            raise ValueError(f"eps ** alpha underflows to 0 (eps = {eps}, alpha = {alpha}): raise eps")
         self.storage = storage
         self.alpha, self.beta0, self.eps = float(alpha), float(beta0), float(eps)
         self.beta_annealing_steps = int(beta_annealing_steps)
@@ -195,6 +197,8 @@ class PrioritizedSampler:
             raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
         if slots.size == 0:
             return
+        if not np.isfinite(delta.max()):  # NaN propagates through the max: one check for NaN and inf
+            raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
         if slots.min() < 0:
             raise IndexError(f"slots must be in [0, {self.sum_tree.capacity}), got {slots.min()}")
         live = self.sum_tree.leaves[slots] > 0  # IndexError past the capacity; a slot may have been dropped since
@@ -205,19 +209,14 @@ class PrioritizedSampler:
         if self.td_error_clip is not None:
             delta = np.minimum(delta, self.td_error_clip)
         if self.rank_based:
-            if not np.isfinite(delta).all():
-                raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
             self._abs_td[slots] = delta
             self._n_updates += 1
             if self._n_updates % self.rank_resort_interval == 0:
                 self._rerank()
             return
-        p = (delta + self.eps) ** self.alpha  # >= eps ** alpha > 0
+        p = (delta + self.eps) ** self.alpha  # >= eps ** alpha > 0 (checked at construction)
         top = p.max()
-        if not np.isfinite(top):  # NaN propagates through the max: one check for NaN, inf and overflow
-            bad = ~np.isfinite(delta)
-            if bad.any():
-                raise ValueError(f"TD errors must be finite, got {delta[bad][:5].tolist()}")
+        if not np.isfinite(top):
             raise ValueError(f"priorities (|delta| + eps) ** alpha overflow for |delta| = "
                              f"{delta[~np.isfinite(p)][:5].tolist()} (alpha = {self.alpha})")
         self._set(slots, p, float(top))

@@ -467,3 +467,42 @@ def test_numpy_acting_equals_the_torch_policy_after_updates_and_loads(algo, laye
         quiet = make_agent("sac", OBS, GOAL, ACT, noise_std=0.0, random_eps=0.0, seed=0, **SMALL)
         sampled = quiet.act(np.repeat(obs[:1], 2000, 0), np.repeat(goal[:1], 2000, 0))
         assert sampled.std(0).min() > 1e-3 and np.abs(sampled).max() <= 1.0
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_acting_agents_deep_copy_and_pickle_with_their_own_weights(algo):
+    import copy
+
+    agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+    batch = make_batch(8)
+    before = agent.act(batch.observation, batch.desired_goal, deterministic=True)  # builds the numpy views
+    clone = copy.deepcopy(agent)
+    with torch.no_grad():
+        for p in clone.actor.parameters():
+            p.add_(0.5)
+    np.testing.assert_array_equal(agent.act(batch.observation, batch.desired_goal, deterministic=True), before)
+    with torch.no_grad():
+        state = clone.preprocess(torch.as_tensor(batch.observation), torch.as_tensor(batch.desired_goal))
+        expected = clone._policy(state, deterministic=True).numpy()
+    np.testing.assert_allclose(clone.act(batch.observation, batch.desired_goal, deterministic=True), expected,
+                               atol=2e-6)
+    restored = pickle.loads(pickle.dumps(agent))
+    np.testing.assert_array_equal(restored.act(batch.observation, batch.desired_goal, deterministic=True), before)
+
+
+def test_numpy_acting_follows_normalizer_clips_and_takes_tensors():
+    agent = make_agent("ddpg", OBS, GOAL, ACT, **SMALL)
+    batch = make_batch(16)
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    obs, goal = batch.observation * 10, batch.desired_goal * 10
+
+    def torch_policy() -> np.ndarray:
+        with torch.no_grad():
+            return agent._policy(agent.preprocess(torch.as_tensor(obs), torch.as_tensor(goal)), True).numpy()
+
+    np.testing.assert_allclose(agent.act(obs, goal, deterministic=True), torch_policy(), atol=2e-6)
+    agent.obs_normalizer.clip_range = agent.goal_normalizer.clip_range = 0.5  # set directly, no recompute
+    np.testing.assert_allclose(agent.act(obs, goal, deterministic=True), torch_policy(), atol=2e-6)
+    t_obs = torch.as_tensor(obs).requires_grad_(True)
+    np.testing.assert_allclose(agent.act(t_obs, torch.as_tensor(goal), deterministic=True), torch_policy(),
+                               atol=2e-6)

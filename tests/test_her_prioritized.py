@@ -147,9 +147,21 @@ def test_invalid_priorities_are_refused_with_a_clear_error(bad):
         sampler.update_priorities(slots, [0.1, 0.2])
     with pytest.raises(IndexError, match=r"must be in \[0, 10\)"):
         tree.update(np.array([10]), np.array([1.0]))
+    with pytest.raises(IndexError, match=r"slots must be in \[0, "):
+        sampler.update_priorities([-1, 0, 1], [0.1, 0.2, 0.3])
+    if not bad < 0:  # refused before the clip (which would hide an inf) and for slots dropped since sampling
+        clipped = her.PrioritizedSampler(storage, td_error_clip=1.0)
+        with pytest.raises(ValueError, match="TD errors must be finite, got"):
+            clipped.update_priorities(slots, [0.1, bad, 0.2])
+        add_items(storage, range(3, 20))  # the ring wraps: the first items are gone
+        assert not storage.is_transition(np.array(slots)).any()
+        with pytest.raises(ValueError, match="TD errors must be finite, got"):
+            sampler.update_priorities(slots, [0.1, bad, 0.2])
 
 
 def test_bad_tree_and_sampler_arguments_are_refused():
+    with pytest.raises(ValueError, match="eps \\*\\* alpha underflows to 0"):
+        her.PrioritizedSampler(one_step_storage(5), alpha=2.0, eps=1e-200)
     with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
         her.SumTree(0)
     with pytest.raises(ValueError, match="branching must be >= 2, got 1"):
