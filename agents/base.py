@@ -302,13 +302,18 @@ class GoalConditionedAgentBase:
         return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}
 
     def _numpy_policy(self):
-        """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters), else None."""
+        """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters); None on
+        other devices or for an actor numpy cannot mirror (a layer :func:`agents.networks.numpy_mlp` does not
+        know): ``act()`` then runs torch."""
         if self.device.type != "cpu" or not hasattr(self, "actor"):
             return None
         cached = self.__dict__.get("_numpy_policy_cache")
         if cached is None or cached[0] is not self.actor:
-            cached = (self.actor, self.actor.numpy_policy())
-            self._numpy_policy_cache = cached
+            try:
+                policy = self.actor.numpy_policy()
+            except (AttributeError, TypeError):
+                policy = None
+            cached = self._numpy_policy_cache = (self.actor, policy)
         return cached[1]
 
     def explore(self, action: np.ndarray) -> np.ndarray:

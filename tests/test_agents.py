@@ -506,3 +506,14 @@ def test_numpy_acting_follows_normalizer_clips_and_takes_tensors():
     t_obs = torch.as_tensor(obs).requires_grad_(True)
     np.testing.assert_allclose(agent.act(t_obs, torch.as_tensor(goal), deterministic=True), torch_policy(),
                                atol=2e-6)
+
+
+def test_an_actor_numpy_cannot_mirror_acts_through_torch():
+    agent = make_agent("td3", OBS, GOAL, ACT, **SMALL)
+    agent.actor.net[1] = nn.Tanh()  # a layer numpy_mlp does not know
+    batch = make_batch(8)
+    assert agent._numpy_policy() is None
+    with torch.no_grad():
+        state = agent.preprocess(torch.as_tensor(batch.observation), torch.as_tensor(batch.desired_goal))
+        expected = agent._policy(state, deterministic=True).numpy()
+    np.testing.assert_allclose(agent.act(batch.observation, batch.desired_goal, deterministic=True), expected)
