@@ -274,26 +274,33 @@ class GoalConditionedAgentBase:
     def _normalize_state_np(self, state: np.ndarray) -> np.ndarray:
         """:meth:`preprocess` in numpy, in place on ``state = concat(observation, goal)`` float32 ``[N, S]``: one
         pass with both normalizers' statistics side by side (the calls, not the arithmetic, cost here)."""
-        on, gn = self.obs_normalizer, self.goal_normalizer
-        arrays = (on._mean32, on._std32, gn._mean32, gn._std32)  # new arrays whenever the statistics change
-        clips = (on.clip_obs, gn.clip_obs, on.clip_range, gn.clip_range)
-        cached = self.__dict__.get("_state_stats")
-        if cached is None or any(a is not b for a, b in zip(cached[0][0], arrays)) or cached[0][1] != clips:
-            key = (arrays, clips)
-            def side_by_side(obs_part, goal_part):
-                return np.concatenate([np.broadcast_to(obs_part, self.obs_dim),
-                                       np.broadcast_to(goal_part, self.goal_dim)]).astype(np.float32)
-
-            clip_obs, clip_range = side_by_side(on.clip_obs, gn.clip_obs), side_by_side(on.clip_range, gn.clip_range)
-            cached = self._state_stats = (key, side_by_side(on._mean32, gn._mean32),
-                                          side_by_side(on._std32, gn._std32), -clip_obs, clip_obs, -clip_range, clip_range)
-        _, mean, std, obs_low, obs_high, low, high = cached
+        mean, std, obs_low, obs_high, low, high = self._state_stats_np()
         np.maximum(state, obs_low, out=state)
         np.minimum(state, obs_high, out=state)
         state -= mean
         state /= std
         np.maximum(state, low, out=state)
         return np.minimum(state, high, out=state)
+
+    def _state_stats_np(self) -> tuple[np.ndarray, ...]:
+        """Mean, std and clip bounds of observation and goal side by side, float32 ``[S]`` each; cached until a
+        normalizer's statistics (new arrays on every change) or clip settings change."""
+        on, gn = self.obs_normalizer, self.goal_normalizer
+        arrays = (on._mean32, on._std32, gn._mean32, gn._std32)
+        clips = (on.clip_obs, gn.clip_obs, on.clip_range, gn.clip_range)
+        cached = self.__dict__.get("_state_stats")
+        if cached is not None and all(a is b for a, b in zip(cached[0], arrays)) and cached[1] == clips:
+            return cached[2]
+
+        def joined(obs_part: Any, goal_part: Any) -> np.ndarray:
+            return np.concatenate([np.broadcast_to(obs_part, self.obs_dim),
+                                   np.broadcast_to(goal_part, self.goal_dim)]).astype(np.float32)
+
+        clip_obs, clip_range = joined(on.clip_obs, gn.clip_obs), joined(on.clip_range, gn.clip_range)
+        stats = (joined(on._mean32, gn._mean32), joined(on._std32, gn._std32), -clip_obs, clip_obs, -clip_range,
+                 clip_range)
+        self._state_stats = (arrays, clips, stats)
+        return stats
 
     #: per-instance caches of parameter views and lists: rebuilt on demand, never pickled or deep-copied
     _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists")
