@@ -60,7 +60,7 @@ class UniformSampler:
         extra = 3.0 * math.sqrt(need * (1.0 - accept)) / accept + 8.0  # 3 sigma of the rejected count, and some
         cand = (rng.random(int(need / accept + extra)) * n_live).astype(np.int64)
         cand += base
-        if base + n_live > st.n_slots:
+        if st.wraps:
             cand %= st.n_slots
         return cand[st.sampleable.take(cand)]
 
