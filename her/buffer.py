@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ._util import filled
 from .relabel import GoalRelabeler
 from .samplers import PrioritizedSampler, UniformSampler
 from .storage import EpisodeStorage
@@ -70,8 +71,7 @@ class Batch:
 
         Torch is imported here only; ``her`` itself never needs it.
         """
-        import torch
-
+        torch = _torch()
         out = {}
         for name in self.TRAINING_FIELDS:
             v = getattr(self, name)
@@ -79,6 +79,19 @@ class Batch:
                 t = torch.from_numpy(v)
                 out[name] = t if device is None else t.to(device, non_blocking=True)
         return out
+
+
+def _torch() -> Any:
+    """The torch module, imported on first use (``import torch`` in a function costs ~0.5 us a call)."""
+    global _TORCH
+    if _TORCH is None:
+        import torch
+
+        _TORCH = torch
+    return _TORCH
+
+
+_TORCH: Any = None
 
 
 def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], info: Any = None) -> None:
@@ -200,7 +213,7 @@ class HerReplayBuffer:
         slots = np.asarray(slots, np.int64)
         if not self.storage.is_transition(slots).all():
             raise ValueError("batch_from_slots: some slots hold no stored transition")
-        return self._build(slots, np.ones(len(slots), np.float32), self.storage.data.take(slots))
+        return self._build(slots, filled(len(slots), 1.0, "float32"), self.storage.data.take(slots))
 
     def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
         """Pass the TD errors of a trained batch to the sampler (a no-op for uniform sampling)."""
@@ -217,11 +230,11 @@ class HerReplayBuffer:
         if n == 1:
             nrec = st.data.take(nxt, mode="wrap")
             if goals is not None:
-                info = {k: rec["info." + k] for k in st.info_shapes}
-                r = self._rewards(st.achieved_goal.take(nxt, axis=0, mode="wrap"), goals, info, B)
+                info = {k: rec["info." + k] for k in st.info_shapes} if st.info_shapes else None
+                r = self._rewards(rec["next_achieved_goal"], goals, info, B)
             else:
                 r = rec["reward"]
-            m, discount = np.ones(B, np.int64), np.full(B, self.gamma, np.float32)
+            m, discount = filled(B, 1, "int64"), filled(B, self.gamma, "float32")
             ret = r
             terminated = rec["terminated"]
         else:

@@ -75,6 +75,6 @@ class GoalRelabeler:
             goal_slot = (u[1] * T).astype(np.int64)  # t' - 1 uniform in {0..T-1}
             goal_slot += nxt
             goal_slot -= t
-        mask = relabeled.reshape(-1, *([1] * len(storage.goal_shape)))
+        mask = relabeled[(slice(None),) + (None,) * len(storage.goal_shape)]  # [B, 1, ...]: broadcasts over goals
         goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0, mode="wrap"), records["desired_goal"])
         return goals, relabeled

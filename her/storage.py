@@ -96,11 +96,13 @@ class EpisodeStorage:
 
         # One record per slot, so that a sampled transition costs one random memory access instead of one per
         # array (the sampler is bound by cache misses and numpy call overhead, not arithmetic). Achieved goals
-        # are read at other slots than the sampled one (the relabeled goal, the next state): they live in a
-        # separate contiguous array, which `take` gathers fastest.
+        # are read at other slots than the sampled one (relabeled goals, n-step windows): they live in a
+        # separate contiguous array, which `take` gathers fastest. The record also keeps a copy of ag_{t+1}:
+        # the 1-step reward reads it from the sampled record, one random gather fewer.
         fields = [("observation", np.float32, self.observation_shape)]
         if self.goal_shape is not None:
-            fields += [("desired_goal", np.float32, self.goal_shape)]
+            fields += [("desired_goal", np.float32, self.goal_shape),
+                       ("next_achieved_goal", np.float32, self.goal_shape)]
         fields += [("action", np.float32, self.action_shape), ("reward", np.float32, ())]
         fields += [("info." + k, np.float32, shp) for k, shp in self.info_shapes.items()]
         # step t within the episode and its length T (0 = empty slot); terminated: this transition ended the
@@ -260,6 +262,7 @@ class EpisodeStorage:
         if self.has_goals:
             self.achieved_goal[states] = data["achieved_goal"]
             d["desired_goal"][states] = data["desired_goal"]
+            d["next_achieved_goal"][trans] = data["achieved_goal"][1:]
         d["action"][trans] = data["action"]
         d["reward"][trans] = data["reward"]
         for k in self.info_shapes:
@@ -484,6 +487,8 @@ class EpisodeStorage:
             raise ValueError(f"saved fields {extra} are not in this storage (another storage layout)")
         for k, a in arrays.items():
             saved = state.get("field." + k)
+            if saved is None and k == "next_achieved_goal":  # a state from before this field: derive it
+                saved = np.roll(state["field.achieved_goal"], -1, axis=0)
             if saved is None or saved.shape != a.shape:
                 got = None if saved is None else saved.shape
                 raise ValueError(f"{k}: saved shape {got}, expected {a.shape} (another storage layout)")

@@ -317,6 +317,32 @@ def test_bad_construction_arguments():
 # ---------------------------------------------------------------------------------------------------------
 
 
+@SETTINGS
+@given(tag_setups())
+def test_each_transition_record_holds_the_next_states_achieved_goal(setup):
+    # the 1-step reward reads ag_{t+1} from record t: it must equal the compact array's row of s_{t+1}, ring wrap
+    # and several envs included
+    n_envs, schedules, capacity, mes, n_steps = setup
+    storage = make_tag_storage(capacity, n_envs, mes)
+    TagEnvs(storage, schedules).step(n_steps)
+    slots = storage.transition_slots()
+    np.testing.assert_array_equal(storage.data["next_achieved_goal"][slots],
+                                  storage.achieved_goal[(slots + 1) % storage.n_slots])
+
+
+def test_a_state_saved_without_the_next_achieved_goal_copy_loads_and_samples_the_same():
+    storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    TagEnvs(storage, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]]).step(37)
+    state = storage.state_dict()
+    del state["field.next_achieved_goal"]  # the layout before the copy existed
+    other = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    other.load_state_dict(state)
+    b1 = her.HerReplayBuffer(storage, tag_reward, seed=3).sample(300)
+    b2 = her.HerReplayBuffer(other, tag_reward, seed=3).sample(300)
+    for name in ("desired_goal", "reward", "index"):
+        np.testing.assert_array_equal(getattr(b1, name), getattr(b2, name))
+
+
 def test_save_load_round_trip_is_exact(tmp_path):
     storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
     TagEnvs(storage, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]]).step(37)

@@ -140,7 +140,7 @@ def section_sampler(storage: her.EpisodeStorage) -> None:
         goal_slot = nxt + offset
         relabel = u[n_cand + B:] < 0.8
         g = np.where(relabel[:, None], st.achieved_goal.take(goal_slot, axis=0, mode="wrap"), rec["desired_goal"])
-        r = fetch_reward(st.achieved_goal.take(nxt, axis=0, mode="wrap"), g)
+        r = fetch_reward(rec["next_achieved_goal"], g)
         nrec = st.data.take(nxt, mode="wrap")
         return [torch.from_numpy(x) for x in (rec["observation"], g, rec["action"], r, nrec["observation"],
                                                np.full(B, 0.98, np.float32), rec["terminated"],
