@@ -181,8 +181,9 @@ class EnsembleLinear(nn.Module):
     """``n`` independent linear layers as one batched matmul: weight ``[n, out, in]`` (``nn.Linear`` layout per
     member), bias ``[n, 1, out]``.
 
-    Input ``[B, in]`` (shared by all members) or ``[n, B, in]``; output ``[n, B, out]``. Each member is
-    initialized like ``nn.Linear`` (uniform in ``+-1/sqrt(in)``).
+    ``forward(x)``: input ``[B, in]`` (shared by all members) or ``[n, B, in]``, output ``[n, B, out]``.
+    ``forward(x, member=i)``: member ``i`` alone as a plain linear layer, ``[B, in] -> [B, out]``. Each member
+    is initialized like ``nn.Linear`` (uniform in ``+-1/sqrt(in)``).
     """
 
     def __init__(self, n: int, in_features: int, out_features: int) -> None:
@@ -198,22 +199,22 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
-        w, b = self.weight, self.bias
         if member is not None:
-            w, b = w[member : member + 1], b[member : member + 1]
-        if w.shape[0] == 1:  # a single member: a plain (faster) Linear
-            y = F.linear(x, w[0], b[0, 0])
-            return y if y.dim() == 3 else y.unsqueeze(0)
+            if self.n == 1:  # a view, whose backward is a view too (a select's backward fills a zero tensor)
+                return F.linear(x, self.weight.view(self.out_features, self.in_features), self.bias.view(-1))
+            return F.linear(x, self.weight[member], self.bias[member, 0])
+        w = self.weight
         if x.dim() == 2:
             x = x.expand(w.shape[0], *x.shape)
-        return torch.baddbmm(b, x, w.transpose(1, 2))
+        return torch.baddbmm(self.bias, x, w.transpose(1, 2))
 
     def extra_repr(self) -> str:
         return f"n={self.n}, in_features={self.in_features}, out_features={self.out_features}"
 
 
 class EnsembleLayerNorm(nn.Module):
-    """LayerNorm over the last dim with a separate affine per member: input ``[n, B, d]``."""
+    """LayerNorm over the last dim with a separate affine per member: input ``[n, B, d]``, or ``[B, d]`` for
+    ``member=i`` alone."""
 
     def __init__(self, n: int, d: int) -> None:
         super().__init__()
@@ -222,10 +223,9 @@ class EnsembleLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n, 1, d))
 
     def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
-        w, b = self.weight, self.bias
         if member is not None:
-            w, b = w[member : member + 1], b[member : member + 1]
-        return F.layer_norm(x, (self.d,)) * w + b
+            return F.layer_norm(x, (self.d,), self.weight[member, 0], self.bias[member, 0])
+        return F.layer_norm(x, (self.d,)) * self.weight + self.bias
 
 
 class EnsembleCritic(nn.Module):
@@ -250,10 +250,15 @@ class EnsembleCritic(nn.Module):
         self.head = EnsembleLinear(n_critics, dims[-1], 1)
 
     def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None) -> torch.Tensor:
+        if member is None and self.n_critics == 1:
+            member = 0  # one critic: plain 2-D layers, faster than a batched matmul of one
         h = torch.cat([state, action], dim=-1)
         for i, linear in enumerate(self.linears):
             h = linear(h, member)
             if self.norms is not None:
                 h = self.norms[i](h, member)
-            h = h.relu_()  # in place: the matmul's backward needs its inputs, not this output
-        return full_precision(self.head(h, member).squeeze(-1))
+            # in place (the matmul's backward needs its inputs, not this output) and never on a view: autograd
+            # handles an in-place op on a view with a copy of the whole base (DDPG: 5% of an update)
+            h = h.relu_()
+        q = full_precision(self.head(h, member).squeeze(-1))
+        return q if member is None else q.unsqueeze(0)

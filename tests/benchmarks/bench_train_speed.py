@@ -11,8 +11,9 @@ Stable-Baselines3 is not a dependency of this project; run this script from a se
 Both sides, in one process at one torch thread (``torch.set_num_threads(1)``), so the ratio is meaningful on a
 shared machine even when absolute numbers drift:
 
-- the same update budget: 0.4 gradient updates per env step (ours: ``train.updates_per_step=0.4``; SB3:
-  ``train_freq=5`` steps with ``gradient_steps=2``), batch 256, 3x256 ReLU networks (SB3
+- the same update schedule: 0.4 gradient updates per env step, done in blocks every ``--update-every`` N env
+  steps (default 5; a multiple of 5), ours ``train.updates_per_step=0.4 train.update_every=N``, SB3
+  ``train_freq=N`` steps with ``gradient_steps=0.4 N``; batch 256, 3x256 ReLU networks (SB3
   ``net_arch=[256, 256, 256]``), gamma 0.98, polyak 0.95 (SB3 ``tau=0.05``), Adam lr 1e-3, HER ``future``
   with k = 4, one FetchPush-v4 env, replay capacity 1e6;
 - ``--warmup`` (1000) env steps of random actions without updates, then ``--steps`` (4000) env steps timed
@@ -41,7 +42,6 @@ ENV_ID = "FetchPush-v4"
 HIDDEN = [256, 256, 256]
 BATCH, GAMMA, POLYAK, LR = 256, 0.98, 0.95, 1e-3
 UPDATES_PER_STEP = 0.4
-SB3_TRAIN_FREQ, SB3_GRADIENT_STEPS = 5, 2  # 2 updates every 5 env steps = 0.4
 
 
 class Timer:
@@ -61,7 +61,8 @@ class Timer:
         self.seconds, self.calls = 0.0, 0
 
 
-def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32") -> dict[str, float]:
+def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32",
+             update_every: int = 5) -> dict[str, float]:
     import agents.train as train_mod
     from agents.config import load_config
 
@@ -89,6 +90,7 @@ def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp
             f"train.warmup_steps={warmup}",
             f"train.learning_starts={warmup}",
             f"train.updates_per_step={UPDATES_PER_STEP}",
+            f"train.update_every={update_every}",
             f"train.batch_size={BATCH}",
             f"train.gamma={GAMMA}",
             f"train.eval_every={eval_every}",
@@ -125,7 +127,7 @@ def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp
     }
 
 
-def run_sb3(algo: str, warmup: int, steps: int, seed: int) -> dict[str, float]:
+def run_sb3(algo: str, warmup: int, steps: int, seed: int, update_every: int = 5) -> dict[str, float]:
     import gymnasium as gym
     import gymnasium_robotics
     from stable_baselines3 import DDPG, SAC, TD3, HerReplayBuffer
@@ -143,8 +145,8 @@ def run_sb3(algo: str, warmup: int, steps: int, seed: int) -> dict[str, float]:
         gamma=GAMMA,
         tau=1.0 - POLYAK,
         learning_rate=LR,
-        train_freq=(SB3_TRAIN_FREQ, "step"),
-        gradient_steps=SB3_GRADIENT_STEPS,
+        train_freq=(update_every, "step"),
+        gradient_steps=round(UPDATES_PER_STEP * update_every),
         policy_kwargs=dict(net_arch=HIDDEN),
         seed=seed,
         device="cpu",
@@ -183,7 +185,7 @@ def run_sb3(algo: str, warmup: int, steps: int, seed: int) -> dict[str, float]:
     model.learn(total_timesteps=warmup + steps, callback=StartClock())
     seconds = time.perf_counter() - StartClock.t_start
     env.close()
-    n_updates = train_timer.calls * SB3_GRADIENT_STEPS
+    n_updates = train_timer.calls * model.gradient_steps
     return {
         "steps_per_s": steps / seconds,
         "updates": n_updates,
@@ -208,16 +210,23 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--update-every", type=int, default=5,
+        help="both: do the pending updates in a block every this many env steps (a multiple of 5)",
+    )
+    parser.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="our agents' precision (SB3: fp32)"
     )
     args = parser.parse_args()
+    if args.update_every % 5:
+        parser.error(f"--update-every must be a multiple of 5 (0.4 updates per env step), got {args.update_every}")
 
     torch.set_num_threads(1)
     import stable_baselines3
 
     print(
         f"{ENV_ID}: torch {torch.__version__}, SB3 {stable_baselines3.__version__}, 1 torch thread, "
-        f"{UPDATES_PER_STEP} updates/env step, batch {BATCH}, hidden {HIDDEN}, {args.steps} timed env steps "
+        f"{UPDATES_PER_STEP} updates/env step in blocks every {args.update_every} env steps, batch {BATCH}, hidden {HIDDEN}, "
+        f"{args.steps} timed env steps "
         f"after {args.warmup} warm-up steps; ours in {args.precision}, SB3 in fp32",
         flush=True,
     )
@@ -227,9 +236,9 @@ def main() -> None:
             for side in ("ours", "sb3"):
                 torch.set_num_threads(1)
                 if side == "ours":
-                    r = run_ours(algo, args.warmup, args.steps, args.seed, args.precision)
+                    r = run_ours(algo, args.warmup, args.steps, args.seed, args.precision, args.update_every)
                 else:
-                    r = run_sb3(algo, args.warmup, args.steps, args.seed)
+                    r = run_sb3(algo, args.warmup, args.steps, args.seed, args.update_every)
                 print(
                     f"  {algo} {side}: {r['steps_per_s']:.1f} env steps/s, {r['updates']} updates, "
                     f"sample {r['sample_ms']:.2f} ms + update {r['update_ms']:.2f} ms per update",
