@@ -3,8 +3,9 @@
 Episodes are kept whole in one ring of *state slots*. An episode ``e`` with ``T_e`` transitions occupies
 ``T_e + 1`` consecutive slots (modulo the ring size) holding the states ``s_0..s_{T_e}``, each stored once
 (no ``obs``/``next_obs`` copies). Slot ``i`` with step ``t < T_e`` also holds transition ``t``: the action,
-the env's reward, the per-step info arrays a reward function needs, and whether it ended the episode by a
-true termination. The next state of the transition in slot ``i`` is slot ``i + 1`` (mod the ring size).
+the env's reward, the per-step info arrays a reward function needs, whether it ended the episode by a
+true termination and (goal storages) a copy of the next state's achieved goal, which the 1-step reward reads
+without another random access. The next state of the transition in slot ``i`` is slot ``i + 1`` (mod the ring size).
 
 Steps coming from ``n_envs`` parallel envs are staged per env and written to the ring only when their episode
 ends, so only complete episodes are ever sampled and episodes never mix. When the ring is full the oldest whole

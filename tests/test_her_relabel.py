@@ -371,3 +371,20 @@ def test_batch_from_slots_relabels_given_transitions_and_refuses_dead_slots():
     check_batch(b, run, [0], strategy="final")
     with pytest.raises(ValueError, match="hold no stored transition"):
         buf.batch_from_slots(np.array([slots[-1] + 1]))  # the episode's last state is no transition
+
+
+def test_batches_own_their_arrays_writing_one_changes_no_later_batch():
+    # weights, discounts and n_steps are copies of cached constant arrays: a learner scaling them in place must
+    # not reach the next batch
+    storage = make_tag_storage(50)
+    add_tag_episode(storage, TagRun(), 6)
+    buf = her.HerReplayBuffer(storage, tag_reward, gamma=0.9, seed=0)
+    first = buf.sample(16)
+    for name in ("weight", "discount", "n_steps", "reward", "observation"):
+        arr = getattr(first, name)
+        assert arr.flags.writeable, name
+        arr *= 3
+    second = buf.sample(16)
+    np.testing.assert_array_equal(second.weight, np.ones(16, np.float32))
+    np.testing.assert_array_equal(second.discount, np.full(16, 0.9, np.float32))
+    np.testing.assert_array_equal(second.n_steps, np.ones(16, np.int64))
