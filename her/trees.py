@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import math
+
 import numpy as np
 
 __all__ = ["MaxTree", "MinTree", "SegmentTree", "SumTree"]
@@ -142,18 +144,16 @@ class SumTree(SegmentTree):
     """Sum tree with a batched prefix-sum search (``find``). Leaf values must be finite and >= 0.
 
     With ``track_min=True`` it also keeps the smallest positive leaf (``min_positive``; a prioritized sampler's
-    ``p_min`` for the importance-sampling weights) in min levels over the same leaves: an update gathers each
-    changed row of leaves once for both, and no second leaf array is kept (8 bytes per leaf saved).
+    ``p_min`` for the importance-sampling weights), exact, in O(B) per write of B leaves: a write can only lower
+    the minimum to one of its own values, except when it overwrites a leaf holding the minimum, which marks the
+    minimum unknown until the next read recomputes it from the leaves (O(capacity); in prioritized replay the
+    minimum's transition is the one least likely to be drawn, so this is rare).
     """
 
     def __init__(self, capacity: int, branching: int = 16, track_min: bool = False) -> None:
         super().__init__(capacity, "sum", branching)
         self.track_min = bool(track_min)
-        # min over the positive leaves below each node, levels `_top`..depth-1 (None above `_top`: unused)
-        self._min_levels: list[np.ndarray | None] = [None] * self.depth
-        if self.track_min:
-            for d in range(self._top, self.depth):
-                self._min_levels[d] = np.full(self.branching**d, np.inf)
+        self._min: float | None = math.inf  # smallest positive leaf; None: unknown, recomputed when read
         # ``find`` starts with one binary search over the prefix sums of level `_top` (recomputed lazily after
         # updates), which replaces the descent through the levels above it.
         self._top_prefix: np.ndarray | None = None
@@ -193,10 +193,10 @@ class SumTree(SegmentTree):
         """The smallest positive leaf (``inf`` when no leaf is positive). Needs ``track_min=True``."""
         if not self.track_min:
             raise RuntimeError("min_positive needs a SumTree built with track_min=True")
-        if self._top == self.depth:  # a small tree: its leaves are the top level
-            positive = self.leaves[self.leaves > 0]
-            return float(positive.min()) if positive.size else float("inf")
-        return float(self._min_levels[self._top].min())
+        if self._min is None:
+            leaves = self.leaves
+            self._min = float(np.min(leaves, where=leaves > 0, initial=np.inf))
+        return self._min
 
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set leaf priorities; refuses NaN, infinite or negative values with a ValueError."""
@@ -207,37 +207,27 @@ class SumTree(SegmentTree):
         super().update(indices, v)
 
     def _write(self, idx: np.ndarray, values: np.ndarray | float) -> None:
-        k, D = self.branching, self.depth
-        if not self.track_min or self._top == D:
+        m = self._min if self.track_min else None
+        if m is None:
             super()._write(idx, values)
             return
-        if idx.size > k ** (D - 1):  # a large batch: write, then rebuild every level
-            self._levels[D][idx] = values
-            self.rebuild()
+        leaves = self._levels[self.depth]
+        if (leaves[idx] == m).any():  # a leaf holding the minimum is overwritten: unknown until read
+            self._min = None
+            super()._write(idx, values)
             return
-        self._levels[D][idx] = values
-        idx = idx // k
-        # the changed rows of leaves, gathered once for the sum and the min of the level above
-        rows = np.ascontiguousarray(self._rows[D].take(idx if len(idx) > 1 else np.repeat(idx, 2), axis=0).T)
-        self._levels[D - 1][idx] = np.add.reduce(rows, axis=0)[: len(idx)]  # = reduce_rows: exact nodes
-        rows[rows == 0.0] = np.inf  # empty leaves never count as the minimum
-        self._min_levels[D - 1][idx] = np.minimum.reduce(rows, axis=0)[: len(idx)]
-        for d in range(D - 2, self._top - 1, -1):
-            idx = idx // k
-            self._levels[d][idx] = self.reduce_rows(self._rows[d + 1].take(idx, axis=0))
-            children = self._min_levels[d + 1].reshape(-1, k).take(idx, axis=0)
-            self._min_levels[d][idx] = np.minimum.reduce(np.ascontiguousarray(children.T), axis=0)
-        self._upper_stale = self._top > 0
-        self._changed()
+        super()._write(idx, values)
+        stored = leaves[idx]  # the values as written (a repeated index keeps its last value)
+        low = stored.min()
+        if low == 0.0:  # emptied leaves never count (`min(where=...)` would cost 5x on every write)
+            positive = stored[stored > 0]
+            low = positive.min() if positive.size else math.inf
+        if low < m:
+            self._min = float(low)
 
     def rebuild(self) -> None:
         super().rebuild()
-        if self.track_min and self._top < self.depth:
-            k, D = self.branching, self.depth
-            leaves = self._levels[D]
-            self._min_levels[D - 1][:] = np.where(leaves > 0, leaves, np.inf).reshape(-1, k).min(axis=1)
-            for d in range(D - 2, self._top - 1, -1):
-                self._min_levels[d][:] = self._min_levels[d + 1].reshape(-1, k).min(axis=1)
+        self._min = None
 
     def find(self, prefix_masses: np.ndarray, return_values: bool = False):
         """For each mass ``m``, the leaf ``i`` with ``sum(leaves[:i]) <= m < sum(leaves[:i+1])``.
@@ -256,12 +246,12 @@ class SumTree(SegmentTree):
         if not prefix[-1] > 0:
             raise ValueError("cannot sample from a sum tree whose total priority is 0 (no items)")
         mass = np.maximum(np.asarray(prefix_masses, dtype=np.float64).reshape(-1), 0.0)  # a fresh array
+        # a mass at or past the total (rounding) lands in the last node with mass
+        np.minimum(mass, np.nextafter(prefix[-1], 0.0), out=mass)
         # Top levels: one binary search over the prefix sums of level `_top`; the node found has mass > 0
         # because the prefix sums never decrease and the node's interval [prefix_i, prefix_i+1) holds m.
-        idx = np.searchsorted(prefix, mass, side="right") - 1
-        n_top = len(prefix) - 1
-        if idx.max() >= n_top:  # a mass at or past the total (rounding): the last node with mass
-            idx = np.minimum(idx, int(np.flatnonzero(self._levels[self._top] > 0)[-1]))
+        idx = prefix.searchsorted(mass, side="right")
+        idx -= 1
         mass -= prefix[idx]  # >= 0
         # Lower levels: pick the first child whose running sum passes the mass.
         k = self.branching

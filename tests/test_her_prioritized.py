@@ -104,11 +104,26 @@ def test_tree_nodes_stay_exact_reductions_under_random_batched_updates(capacity,
         assert np.all(tree.levels[tree.depth][capacity:] == tree.neutral)
     assert math.isclose(trees["sum"].root, math.fsum(leaves["sum"]), rel_tol=1e-12, abs_tol=1e-9)
     assert trees["min"].root == leaves["min"].min() and trees["max"].root == leaves["max"].max()
-    tracked = trees["sum+min"]
-    padded = tracked.levels[tracked.depth]
-    for d in range(tracked._top, tracked.depth):  # each maintained min node: the min of the positive leaves below
-        below = np.where(padded > 0, padded, np.inf).reshape(len(tracked._min_levels[d]), -1)
-        np.testing.assert_array_equal(tracked._min_levels[d], below.min(axis=1))
+
+
+def test_tracked_minimum_survives_ties_overwrites_of_the_minimum_and_rebuilds():
+    tree = her.SumTree(100, 4, track_min=True)
+    assert tree.min_positive == np.inf
+    tree.update(np.arange(10), np.full(10, 0.5))  # ten leaves tie at the minimum
+    assert tree.min_positive == 0.5
+    tree.update(np.array([3]), np.array([2.0]))  # one of the tied leaves leaves the minimum: still 0.5
+    assert tree.min_positive == 0.5
+    tree.update(np.arange(10), np.full(10, 3.0))  # every leaf holding it overwritten
+    assert tree.min_positive == 3.0
+    tree.update(np.array([7, 7]), np.array([0.1, 4.0]))  # repeated index: the last value counts, not 0.1
+    assert tree.min_positive == 3.0
+    tree.update(np.array([5]), np.array([0.0]))  # emptied leaves never count
+    tree.update(np.array([50]), np.array([0.25]))
+    assert tree.min_positive == 0.25
+    tree.levels[tree.depth][:100] = 0.0
+    tree.levels[tree.depth][42] = 9.0
+    tree.rebuild()  # bulk writes to the leaves
+    assert tree.min_positive == 9.0
 
 
 @SETTINGS
