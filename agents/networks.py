@@ -252,6 +252,8 @@ class EnsembleCritic(nn.Module):
     def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None) -> torch.Tensor:
         if member is None and self.n_critics == 1:
             member = 0  # one critic: plain 2-D layers, faster than a batched matmul of one
+        elif member is not None and not 0 <= member < self.n_critics:
+            raise IndexError(f"member must be in [0, {self.n_critics}), got {member}")
         h = torch.cat([state, action], dim=-1)
         for i, linear in enumerate(self.linears):
             h = linear(h, member)

@@ -177,6 +177,9 @@ class PrioritizedSampler:
         if self.storage.n_transitions == 0:
             raise ValueError("cannot sample: the storage holds no complete episode yet")
         total = self.sum_tree.total
+        if not total < math.inf:
+            raise ValueError(f"the total priority overflowed to {total}: lower alpha or clip the TD errors "
+                             "(td_error_clip)")
         masses = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
         slots, p = self.sum_tree.find(masses, return_values=True)
         weights = (p / self.sum_tree.min_positive) ** (-self.beta)

@@ -100,26 +100,11 @@ class EpisodeStorage:
         # are read at other slots than the sampled one (relabeled goals, n-step windows): they live in a
         # separate contiguous array, which `take` gathers fastest. The record also keeps a copy of ag_{t+1}:
         # the 1-step reward reads it from the sampled record, one random gather fewer.
-        fields = [("observation", np.float32, self.observation_shape)]
-        if self.goal_shape is not None:
-            fields += [("desired_goal", np.float32, self.goal_shape),
-                       ("next_achieved_goal", np.float32, self.goal_shape)]
-        fields += [("action", np.float32, self.action_shape), ("reward", np.float32, ())]
-        fields += [("info." + k, np.float32, shp) for k, shp in self.info_shapes.items()]
-        # step t within the episode and its length T (0 = empty slot); terminated: this transition ended the
-        # episode by a true termination; episode_terminated: its episode ended so.
-        fields += [("step", np.int32, ()), ("length", np.int32, ()), ("terminated", np.bool_, ()),
-                   ("episode_terminated", np.bool_, ())]
-        self.dtype = np.dtype(fields, align=True)
+        self.dtype = self._record_dtype()
         self.data = np.zeros(S, self.dtype)
-        # Field views of the records, shape [n_slots, ...]; writes go through to ``data``.
-        self.observation = self.data["observation"]
         if self.goal_shape is not None:
             self.achieved_goal = np.zeros((S, *self.goal_shape), np.float32)
-            self.desired_goal = self.data["desired_goal"]
-        self.action, self.reward = self.data["action"], self.data["reward"]
-        self.terminated, self.step, self.episode_length = self.data["terminated"], self.data["step"], self.data["length"]
-        self.info = {k: self.data["info." + k] for k in self.info_shapes}
+        self._bind_fields()
         # 1 byte per slot, True where the slot holds a sampleable transition: samplers test candidate slots
         # here (1 MB per million slots, mostly in cache) before gathering the records of the accepted ones.
         self.sampleable = np.zeros(S, np.bool_)
@@ -131,6 +116,39 @@ class EpisodeStorage:
         self.n_episodes_added = 0
         self._listeners: list[StorageListener] = []
         self._stages = [self._new_stage() for _ in range(self.n_envs)]
+
+    def _record_dtype(self) -> np.dtype:
+        fields = [("observation", np.float32, self.observation_shape)]
+        if self.goal_shape is not None:
+            fields += [("desired_goal", np.float32, self.goal_shape),
+                       ("next_achieved_goal", np.float32, self.goal_shape)]
+        fields += [("action", np.float32, self.action_shape), ("reward", np.float32, ())]
+        fields += [("info." + k, np.float32, shp) for k, shp in self.info_shapes.items()]
+        # step t within the episode and its length T (0 = empty slot); terminated: this transition ended the
+        # episode by a true termination; episode_terminated: its episode ended so.
+        fields += [("step", np.int32, ()), ("length", np.int32, ()), ("terminated", np.bool_, ()),
+                   ("episode_terminated", np.bool_, ())]
+        return np.dtype(fields, align=True)
+
+    def _bind_fields(self) -> None:
+        """Field views of the records, shape [n_slots, ...]; writes go through to ``data``."""
+        self.observation = self.data["observation"]
+        if self.goal_shape is not None:
+            self.desired_goal = self.data["desired_goal"]
+        self.action, self.reward = self.data["action"], self.data["reward"]
+        self.terminated, self.step, self.episode_length = self.data["terminated"], self.data["step"], self.data["length"]
+        self.info = {k: self.data["info." + k] for k in self.info_shapes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.dtype != self._record_dtype():  # pickled by a version without the next-achieved-goal copy
+            old, self.dtype = self.data, self._record_dtype()
+            self.data = np.zeros(len(old), self.dtype)
+            for name in old.dtype.names:
+                self.data[name] = old[name]
+            if self.has_goals:
+                self.data["next_achieved_goal"] = np.roll(self.achieved_goal, -1, axis=0)
+            self._bind_fields()
 
     # ------------------------------------------------------------------ queries
     @property

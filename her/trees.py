@@ -144,22 +144,30 @@ class SumTree(SegmentTree):
     """Sum tree with a batched prefix-sum search (``find``). Leaf values must be finite and >= 0.
 
     With ``track_min=True`` it also keeps the smallest positive leaf (``min_positive``; a prioritized sampler's
-    ``p_min`` for the importance-sampling weights), exact, in O(B) per write of B leaves: a write can only lower
-    the minimum to one of its own values, except when it overwrites a leaf holding the minimum, which marks the
-    minimum unknown until the next read recomputes it from the leaves (O(capacity); in prioritized replay the
-    minimum's transition is the one least likely to be drawn, so this is rare).
+    ``p_min`` for the importance-sampling weights) and how many leaves hold it, exact, in O(B) per write of B
+    leaves: a write can only lower the minimum to one of its own values, and it changes the count only through
+    its own leaves. When the last leaf holding the minimum is overwritten, the minimum is recounted from the
+    leaves on the next read (O(capacity); in prioritized replay the minimum's transitions are the ones least
+    likely to be drawn, so this is rare).
     """
 
     def __init__(self, capacity: int, branching: int = 16, track_min: bool = False) -> None:
         super().__init__(capacity, "sum", branching)
         self.track_min = bool(track_min)
-        self._min: float | None = math.inf  # smallest positive leaf; None: unknown, recomputed when read
+        self._min: float | None = math.inf  # smallest positive leaf; None: unknown, recounted when read
+        self._min_count = 0  # leaves holding it
         # ``find`` starts with one binary search over the prefix sums of level `_top` (recomputed lazily after
         # updates), which replaces the descent through the levels above it.
         self._top_prefix: np.ndarray | None = None
         # running sums of K children as one BLAS product: each column j sums the children 0..j in order (the
         # kernel accumulates over the inner dimension sequentially), so the sums never decrease along a row
         self._upper = np.triu(np.ones((self.branching, self.branching)))
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_min" not in state:  # pickled by a version that kept min levels: recount on the next read
+            self.__dict__.pop("_min_levels", None)
+            self._min, self._min_count = None, 0
 
     def _changed(self) -> None:
         self._top_prefix = None
@@ -195,7 +203,8 @@ class SumTree(SegmentTree):
             raise RuntimeError("min_positive needs a SumTree built with track_min=True")
         if self._min is None:
             leaves = self.leaves
-            self._min = float(np.min(leaves, where=leaves > 0, initial=np.inf))
+            low = float(np.min(leaves, where=leaves > 0, initial=np.inf))
+            self._min, self._min_count = low, int(np.count_nonzero(leaves == low)) if low < math.inf else 0
         return self._min
 
     def update(self, indices: np.ndarray, values: np.ndarray) -> None:
@@ -212,10 +221,7 @@ class SumTree(SegmentTree):
             super()._write(idx, values)
             return
         leaves = self._levels[self.depth]
-        if (leaves[idx] == m).any():  # a leaf holding the minimum is overwritten: unknown until read
-            self._min = None
-            super()._write(idx, values)
-            return
+        held = leaves[idx] == m  # leaves that held the minimum before the write
         super()._write(idx, values)
         stored = leaves[idx]  # the values as written (a repeated index keeps its last value)
         low = stored.min()
@@ -223,7 +229,15 @@ class SumTree(SegmentTree):
             positive = stored[stored > 0]
             low = positive.min() if positive.size else math.inf
         if low < m:
-            self._min = float(low)
+            self._min, self._min_count = float(low), np.unique(idx[stored == low]).size
+            return
+        now = stored == m
+        if held.any():  # (a repeated index appears once in the unique count: the masks agree on its entries)
+            self._min_count -= np.unique(idx[held & ~now]).size
+        if now.any():
+            self._min_count += np.unique(idx[now & ~held]).size
+        if self._min_count <= 0 and m < math.inf:  # the last leaf holding it was overwritten
+            self._min = None
 
     def rebuild(self) -> None:
         super().rebuild()
@@ -240,7 +254,7 @@ class SumTree(SegmentTree):
             the total, from rounding, land on the last positive leaf). With ``return_values``, a tuple
             ``(indices, float64 values [B])``.
         Raises:
-            ValueError: the tree is empty (total == 0).
+            ValueError: the tree is empty (total == 0), or a mass is NaN.
         """
         prefix = self._prefix()
         if not prefix[-1] > 0:
@@ -248,6 +262,8 @@ class SumTree(SegmentTree):
         mass = np.maximum(np.asarray(prefix_masses, dtype=np.float64).reshape(-1), 0.0)  # a fresh array
         # a mass at or past the total (rounding) lands in the last node with mass
         np.minimum(mass, np.nextafter(prefix[-1], 0.0), out=mass)
+        if not mass.max() < prefix[-1]:  # only a NaN mass fails this after the clamps
+            raise ValueError(f"masses must be numbers in [0, total), got {prefix_masses!r}")
         # Top levels: one binary search over the prefix sums of level `_top`; the node found has mass > 0
         # because the prefix sums never decrease and the node's interval [prefix_i, prefix_i+1) holds m.
         idx = prefix.searchsorted(mass, side="right")

@@ -112,6 +112,32 @@ def _copy_into_sequential(critic: EnsembleCritic, member: int, seq: nn.Sequentia
 
 
 @pytest.mark.parametrize("layer_norm", [False, True])
+def test_single_critic_runs_as_plain_layers_with_the_same_values_and_gradients(layer_norm):
+    torch.manual_seed(1)
+    S, A, B, hidden = 6, 2, 16, (32, 24)
+    critic = EnsembleCritic(S, A, hidden, n_critics=1, layer_norm=layer_norm)
+    ref = mlp(S + A, 1, hidden, layer_norm)
+    _copy_into_sequential(critic, 0, ref)
+    s, a = torch.randn(B, S), torch.randn(B, A)
+    q, q_ref = critic(s, a), ref(torch.cat([s, a], 1)).squeeze(-1)
+    assert q.shape == (1, B)
+    torch.testing.assert_close(q[0], q_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(critic(s, a, member=0), q, rtol=0, atol=0)
+    coef = torch.randn(B)
+    (coef * q[0]).sum().backward()
+    (coef * q_ref).sum().backward()
+    grads = [p.grad for p in critic.parameters()]
+    assert all(g is not None and g.shape == p.shape for g, p in zip(grads, critic.parameters()))
+    linears = [x for x in ref if isinstance(x, nn.Linear)]
+    for ens, lin in zip([*critic.linears, critic.head], linears):
+        torch.testing.assert_close(ens.weight.grad[0], lin.weight.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ens.bias.grad[0, 0], lin.bias.grad, rtol=1e-5, atol=1e-5)
+    for bad in (1, -1):
+        with pytest.raises(IndexError, match="member"):
+            critic(s, a, member=bad)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
 def test_ensemble_critic_equals_separate_critics(layer_norm):
     torch.manual_seed(0)
     S, A, B, hidden = 6, 2, 16, (32, 24)

@@ -4,6 +4,7 @@ rank-based variant, and composition with goal relabeling."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -124,6 +125,53 @@ def test_tracked_minimum_survives_ties_overwrites_of_the_minimum_and_rebuilds():
     tree.levels[tree.depth][42] = 9.0
     tree.rebuild()  # bulk writes to the leaves
     assert tree.min_positive == 9.0
+
+
+def test_tied_minimum_is_kept_by_count_without_recounting_the_leaves(monkeypatch):
+    # alpha = 0: every priority ties at the minimum; overwriting some of them must not force an O(capacity) recount
+    tree = her.SumTree(1000, 16, track_min=True)
+    tree.update(np.arange(1000), np.ones(1000))
+    assert tree.min_positive == 1.0
+    recounts = []
+    real_min = np.min
+    monkeypatch.setattr(np, "min", lambda *a, **k: recounts.append(1) or real_min(*a, **k))
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        tree.update(rng.integers(0, 1000, 64), np.ones(64))  # repeated indices included
+        assert tree.min_positive == 1.0
+    tree.update(np.arange(990), np.zeros(990))  # evictions leave ten tied leaves
+    assert tree.min_positive == 1.0
+    assert not recounts
+    tree.update(np.arange(990, 1000), np.full(10, 2.0))  # the last of them overwritten: one recount
+    assert tree.min_positive == 2.0 and len(recounts) == 1
+
+
+def test_sum_tree_pickled_with_min_levels_recounts_its_minimum():
+    tree = her.SumTree(500, 4, track_min=True)
+    tree.update(np.arange(500), np.linspace(1.0, 2.0, 500))
+    state = dict(tree.__dict__)
+    del state["_min"], state["_min_count"]
+    state["_min_levels"] = [None]  # the layout before the count
+    old = object.__new__(her.SumTree)
+    old.__dict__.update(state)
+    tree2 = pickle.loads(pickle.dumps(old))
+    assert tree2.min_positive == 1.0
+    tree2.update(np.array([0]), np.array([0.5]))
+    assert tree2.min_positive == 0.5
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_find_refuses_a_nan_mass_and_the_sampler_an_overflowed_total():
+    tree = her.SumTree(100, 4)
+    tree.update(np.arange(100), np.ones(100))
+    with pytest.raises(ValueError, match="masses"):
+        tree.find(np.array([1.0, np.nan]))
+    storage = make_tag_storage(50)
+    add_tag_episode(storage, TagRun(), 5)
+    sampler = her.PrioritizedSampler(storage, alpha=1.0)
+    sampler.update_priorities(np.array([0, 1]), np.array([1.7e308, 1.7e308]))
+    with pytest.raises(ValueError, match="overflowed"):
+        sampler.sample(4, np.random.default_rng(0))
 
 
 @SETTINGS

@@ -343,6 +343,30 @@ def test_a_state_saved_without_the_next_achieved_goal_copy_loads_and_samples_the
         np.testing.assert_array_equal(getattr(b1, name), getattr(b2, name))
 
 
+def test_a_storage_pickled_before_the_next_achieved_goal_copy_unpickles_and_samples_the_same():
+    import pickle
+
+    storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    TagEnvs(storage, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]]).step(37)
+    old = object.__new__(her.EpisodeStorage)  # the same storage in the previous record layout
+    old.__dict__.update(storage.__dict__)
+    names = [n for n in storage.dtype.names if n != "next_achieved_goal"]
+    old.dtype = np.dtype([(n, storage.dtype.fields[n][0]) for n in names], align=True)
+    old.data = np.zeros(len(storage.data), old.dtype)
+    for n in names:
+        old.data[n] = storage.data[n]
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored.dtype == storage.dtype
+    slots = storage.transition_slots()
+    np.testing.assert_array_equal(restored.data[slots], storage.data[slots])
+    b1 = her.HerReplayBuffer(storage, tag_reward, seed=5).sample(200)
+    b2 = her.HerReplayBuffer(restored, tag_reward, seed=5).sample(200)
+    for name in ("observation", "desired_goal", "reward", "next_observation", "index"):
+        np.testing.assert_array_equal(getattr(b1, name), getattr(b2, name))
+    restored.observation[slots[0]] = -1.0  # the field views are bound to the new records
+    assert restored.data["observation"][slots[0]][0] == -1.0
+
+
 def test_save_load_round_trip_is_exact(tmp_path):
     storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
     TagEnvs(storage, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]]).step(37)
