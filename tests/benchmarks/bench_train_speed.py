@@ -1,12 +1,9 @@
 """Full-training speed on FetchPush-v4: our DDPG/TD3/SAC against Stable-Baselines3's with its HerReplayBuffer.
 
-Stable-Baselines3 is not a dependency of this project; run this script from a separate virtual environment::
+Stable-Baselines3 is not a dependency of the package; the ``[test]`` extra installs it (the SB3 adapter's tests)::
 
-    python3 -m venv /work/benchvenv
-    /work/benchvenv/bin/pip install torch==2.13.0 stable-baselines3
-    /work/benchvenv/bin/pip install -e /work/main          # this repository
-    /work/benchvenv/bin/python tests/benchmarks/bench_train_speed.py [--algos ddpg td3 sac] [--steps 4000] \
-        [--precision fp32|bf16]
+    python tests/benchmarks/bench_train_speed.py [--algos ddpg td3 sac] [--steps 4000] [--precision fp32|bf16] \
+        [--repeats N] [--update-every 5]
 
 Both sides, in one process at one torch thread (``torch.set_num_threads(1)``), so the ratio is meaningful on a
 shared machine even when absolute numbers drift:
