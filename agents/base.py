@@ -93,6 +93,8 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         self.hidden = tuple(int(h) for h in self.hidden)
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden layer sizes must be positive, got {list(self.hidden)}")
         if self.q_clip is not None:
             low, high = (float(v) for v in self.q_clip)
             if low > high:

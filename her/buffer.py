@@ -164,7 +164,8 @@ class HerReplayBuffer:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         self.storage = storage
         self.n_step, self.gamma = int(n_step), float(gamma)
-        self.relabeler = GoalRelabeler(strategy, n_sampled_goal) if storage.has_goals else None
+        relabeler = GoalRelabeler(strategy, n_sampled_goal)  # checks strategy and k, goal storage or not
+        self.relabeler = relabeler if storage.has_goals else None
         if storage.has_goals:
             if compute_reward is None:
                 raise ValueError("a goal storage needs compute_reward(achieved_goal, desired_goal, info)")
@@ -201,8 +202,8 @@ class HerReplayBuffer:
         Raises:
             ValueError: batch_size < 1, or nothing sampleable yet.
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         slots, weight, records = self.sampler.sample(int(batch_size), self.rng)
         return self._build(slots, weight, records)
 
@@ -211,7 +212,10 @@ class HerReplayBuffer:
 
         Used e.g. to feed the normalizer with relabeled transitions of new episodes.
         """
-        slots = np.asarray(slots, np.int64)
+        slots = np.asarray(slots)
+        if slots.dtype.kind not in "iu" or (slots.size and not 0 <= slots.min() <= slots.max() < self.storage.n_slots):
+            raise ValueError(f"batch_from_slots: slots must be integers in [0, {self.storage.n_slots}), got {slots!r}")
+        slots = slots.astype(np.int64, copy=False)
         if not self.storage.is_transition(slots).all():
             raise ValueError("batch_from_slots: some slots hold no stored transition")
         return self._build(slots, filled(len(slots), 1.0, "float32"), self.storage.data.take(slots))

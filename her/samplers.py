@@ -66,13 +66,33 @@ class UniformSampler:
         return cand[st.sampleable.take(cand)]
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
-        """No-op for uniform sampling."""
+        """Checks the arguments like :class:`PrioritizedSampler` does (so a loop that runs with uniform sampling
+        runs with prioritized sampling too) and ignores them.
+
+        Raises:
+            ValueError: non-integer slots, lengths that differ, or a NaN or infinite TD error.
+        """
+        _check_slots_and_td_errors(slots, td_error)
 
     def state_dict(self) -> dict:
         return {}
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+def _check_slots_and_td_errors(slots: np.ndarray, td_error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(slots int64 [B], |td_error| float64 [B])``; ValueError for non-integer slots, lengths that differ, or a
+    NaN or infinite TD error."""
+    slots = np.asarray(slots).reshape(-1)
+    if slots.dtype.kind not in "iu":
+        raise ValueError(f"slots must be integers (a batch's `index`), got dtype {slots.dtype}")
+    delta = np.abs(np.asarray(td_error, np.float64).reshape(-1))
+    if delta.shape != slots.shape:
+        raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
+    if delta.size and not np.isfinite(delta.max()):  # NaN propagates through the max: one check for NaN and inf
+        raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
+    return slots.astype(np.int64, copy=False), delta
 
 
 class PrioritizedSampler:
@@ -100,7 +120,8 @@ class PrioritizedSampler:
         branching: tree branching factor (see ``her.trees``).
 
     Raises:
-        ValueError: alpha < 0, beta0 not in [0, 1], eps <= 0.
+        ValueError: alpha not a finite number >= 0, beta0 not in [0, 1], eps not finite and > 0, td_error_clip not
+            finite and > 0.
     """
 
     prioritized = True
@@ -117,12 +138,14 @@ class PrioritizedSampler:
         rank_resort_interval: int = 100,
         branching: int = 16,
     ) -> None:
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        if not 0 <= alpha < math.inf:  # NaN fails too
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
         if not 0 <= beta0 <= 1:
             raise ValueError(f"beta0 must be in [0, 1], got {beta0}")
-        if eps <= 0:
-            raise ValueError(f"eps must be > 0, got {eps}")
+        if not 0 < eps < math.inf:
+            raise ValueError(f"eps must be a finite number > 0, got {eps}")
+        if td_error_clip is not None and not 0 < td_error_clip < math.inf:
+            raise ValueError(f"td_error_clip must be a finite number > 0 or None, got {td_error_clip}")
         if not float(eps) ** float(alpha) > 0:  # a zero priority would make a stored transition unsampleable
             raise ValueError(f"eps ** alpha underflows to 0 (eps = {eps}, alpha = {alpha}): raise eps")
         self.storage = storage
@@ -193,19 +216,15 @@ class PrioritizedSampler:
             slots: int [B] the ``index`` field of the batch that was trained on.
             td_error: float [B] TD errors (sign ignored).
         Raises:
-            ValueError: shapes differ, or a TD error is NaN or infinite.
+            ValueError: non-integer slots, lengths that differ, or a TD error is NaN or infinite.
+            IndexError: a slot outside the storage.
         """
-        slots = np.asarray(slots, np.int64).reshape(-1)
-        delta = np.abs(np.asarray(td_error, np.float64).reshape(-1))
-        if delta.shape != slots.shape:
-            raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
+        slots, delta = _check_slots_and_td_errors(slots, td_error)
         if slots.size == 0:
             return
-        if not np.isfinite(delta.max()):  # NaN propagates through the max: one check for NaN and inf
-            raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
-        if slots.min() < 0:
-            raise IndexError(f"slots must be in [0, {self.sum_tree.capacity}), got {slots.min()}")
-        live = self.sum_tree.leaves[slots] > 0  # IndexError past the capacity; a slot may have been dropped since
+        if slots.min() < 0 or slots.max() >= self.sum_tree.capacity:
+            raise IndexError(f"slots must be in [0, {self.sum_tree.capacity}), got [{slots.min()}, {slots.max()}]")
+        live = self.sum_tree.leaves[slots] > 0  # a slot may have been dropped since it was sampled
         if not live.all():
             slots, delta = slots[live], delta[live]
             if not slots.size:

@@ -14,6 +14,7 @@ episodes are dropped.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,8 +42,25 @@ class _Stage:
     too_long: bool = False  # passed the capacity: refused, its remaining steps are dropped until it ends
 
 
-def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in x)
+def _shape(x: Any, name: str = "shape") -> tuple[int, ...]:
+    """A shape as a tuple of non-negative ints; a ValueError naming ``name`` otherwise."""
+    try:
+        dims = tuple(operator.index(d) for d in x)
+    except TypeError:
+        raise ValueError(f"{name} must be a tuple of non-negative ints, e.g. (25,), got {x!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{name} must be a tuple of non-negative ints, e.g. (25,), got {x!r}")
+    return dims
+
+
+def _positive_int(v: Any, name: str) -> int:
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}") from None
+    if n < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return n
 
 
 class EpisodeStorage:
@@ -81,16 +99,13 @@ class EpisodeStorage:
         info_shapes: Mapping[str, tuple[int, ...]] | None = None,
         validate: bool = True,
     ) -> None:
-        for name, v in (("capacity", capacity), ("max_episode_steps", max_episode_steps), ("n_envs", n_envs)):
-            if int(v) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        self.capacity = int(capacity)
-        self.max_episode_steps = int(max_episode_steps)
-        self.n_envs = int(n_envs)
-        self.observation_shape = _shape(observation_shape)
-        self.action_shape = _shape(action_shape)
-        self.goal_shape = None if goal_shape is None else _shape(goal_shape)
-        self.info_shapes = {k: _shape(v) for k, v in (info_shapes or {}).items()}
+        self.capacity = _positive_int(capacity, "capacity")
+        self.max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
+        self.n_envs = _positive_int(n_envs, "n_envs")
+        self.observation_shape = _shape(observation_shape, "observation_shape")
+        self.action_shape = _shape(action_shape, "action_shape")
+        self.goal_shape = None if goal_shape is None else _shape(goal_shape, "goal_shape")
+        self.info_shapes = {k: _shape(v, f"info_shapes[{k!r}]") for k, v in (info_shapes or {}).items()}
         self.validate = validate
         self.n_slots = self.capacity + -(-self.capacity // self.max_episode_steps) + 1
         S = self.n_slots
@@ -225,6 +240,7 @@ class EpisodeStorage:
 
         Raises:
             ValueError: wrong shapes, NaN/inf values, T < 1, T > capacity, missing goals or info keys.
+            TypeError: ``terminated`` is not a bool.
         """
         obs = np.asarray(observation, np.float32)
         T = obs.shape[0] - 1 if obs.ndim >= 1 else -1
@@ -263,6 +279,9 @@ class EpisodeStorage:
             if self.validate and not np.isfinite(arr).all():
                 bad = np.argwhere(~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)).ravel()[:5]
                 raise ValueError(f"{k} contains NaN or inf (at steps {bad.tolist()}); refusing to store the episode")
+        if not isinstance(terminated, (bool, np.bool_)):
+            raise TypeError("terminated must be a bool (did the last transition end the episode by a true "
+                            f"termination?), got {type(terminated).__name__}: {terminated!r}")
         return self._write(data, T, bool(terminated))
 
     def _write(self, data: dict[str, np.ndarray], T: int, terminated: bool) -> tuple[int, int]:
@@ -385,6 +404,11 @@ class EpisodeStorage:
                     type(next_observation) is dict or isinstance(next_observation, Mapping)):
                 raise ValueError("this storage keeps goals: observations must be dicts with keys "
                                  "'observation', 'achieved_goal', 'desired_goal'")
+            for which, d in (("observation", observation), ("next_observation", next_observation)):
+                missing = sorted({"observation", "achieved_goal", "desired_goal"} - set(d))
+                if missing:
+                    raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs 'observation', "
+                                     f"'achieved_goal', 'desired_goal'; got {sorted(d)})")
             obs, ag, dg = observation["observation"], observation["achieved_goal"], observation["desired_goal"]
             nobs = next_observation["observation"]
             nag, ndg = next_observation["achieved_goal"], next_observation["desired_goal"]

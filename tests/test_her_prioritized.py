@@ -234,8 +234,8 @@ def test_bad_tree_and_sampler_arguments_are_refused():
     with pytest.raises(ValueError, match="cannot sample from a sum tree whose total priority is 0"):
         her.SumTree(5).find(np.array([0.0]))
     storage = one_step_storage(10)
-    for kw, msg in (({"alpha": -0.1}, "alpha must be >= 0"), ({"beta0": 1.5}, r"beta0 must be in \[0, 1\]"),
-                    ({"eps": 0.0}, "eps must be > 0")):
+    for kw, msg in (({"alpha": -0.1}, "alpha must be a finite number >= 0"),
+                    ({"beta0": 1.5}, r"beta0 must be in \[0, 1\]"), ({"eps": 0.0}, "eps must be a finite number > 0")):
         with pytest.raises(ValueError, match=msg):
             her.PrioritizedSampler(storage, **kw)
     with pytest.raises(ValueError, match="same storage"):
@@ -475,3 +475,55 @@ def test_prioritized_sampling_keeps_every_relabeling_property(strategy):
     else:
         assert ((steps >= 1) & (steps <= lengths)).all()
     assert stats.binomtest(int(b.relabeled.sum()), len(b), 0.8).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"alpha": float("nan")}, "alpha must be a finite number >= 0"),
+    ({"alpha": -1.0}, "alpha must be a finite number >= 0"),
+    ({"eps": float("nan")}, "eps must be a finite number > 0"),
+    ({"td_error_clip": -1.0}, "td_error_clip must be a finite number > 0"),
+    ({"beta0": float("nan")}, "beta0 must be in"),
+])
+def test_prioritized_sampler_refuses_bad_settings(kw, match):
+    with pytest.raises(ValueError, match=match):
+        her.PrioritizedSampler(make_tag_storage(50), **kw)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_update_priorities_checks_its_arguments_with_either_sampler(prioritized):
+    # a loop written against the uniform sampler must not break when switched to prioritized replay
+    storage = make_tag_storage(50)
+    add_tag_episode(storage, TagRun(), 5)
+    sampler = her.PrioritizedSampler(storage) if prioritized else None
+    buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, seed=0)
+    b = buf.sample(4)
+    with pytest.raises(ValueError, match="td_error has 3 values for 4 slots"):
+        buf.update_priorities(b.index, np.ones(3))
+    with pytest.raises(ValueError, match="TD errors must be finite"):
+        buf.update_priorities(b.index, np.array([1.0, np.nan, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="slots must be integers"):
+        buf.update_priorities(b.index + 0.5, np.ones(4))
+    if prioritized:
+        with pytest.raises(IndexError, match=r"slots must be in \[0, "):
+            buf.update_priorities(np.array([10**9]), np.ones(1))
+    buf.update_priorities(b.index, np.ones(4))
+
+
+def test_sample_and_batch_from_slots_refuse_bad_arguments():
+    storage = make_tag_storage(50)
+    add_tag_episode(storage, TagRun(), 5)
+    buf = her.HerReplayBuffer(storage, tag_reward, seed=0)
+    for bad in (2.7, "8", None, 0, -3, True):
+        with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+            buf.sample(bad)
+    assert len(buf.sample(np.int64(3))) == 3
+    with pytest.raises(ValueError, match="slots must be integers in"):
+        buf.batch_from_slots([10**9])
+    with pytest.raises(ValueError, match="slots must be integers in"):
+        buf.batch_from_slots([0.5])
+
+
+def test_goal_free_buffer_still_checks_the_relabel_settings():
+    storage = her.EpisodeStorage(20, (3,), (2,))
+    with pytest.raises(ValueError, match="relabel strategy"):
+        her.HerReplayBuffer(storage, strategy="bogus")

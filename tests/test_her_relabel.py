@@ -354,7 +354,7 @@ def test_invalid_strategy_or_k_is_refused_with_a_clear_message():
     for k in (-1, 1.5, True, "4"):
         with pytest.raises(ValueError, match=rf"integer >= 0, got {k!r}"):
             her.HerReplayBuffer(storage, tag_reward, n_sampled_goal=k)
-    with pytest.raises(ValueError, match=r"batch_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 0"):
         add_tag_episode(storage, TagRun(), 3)
         her.HerReplayBuffer(storage, tag_reward).sample(0)
     with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\], got 1.5"):

@@ -304,12 +304,36 @@ def test_a_refused_episode_of_one_env_does_not_corrupt_the_other_envs():
     assert storage.in_progress_lengths() == [0, 2]  # env 1's step was staged despite env 0's error
 
 
-def test_bad_construction_arguments():
-    for kw in ({"capacity": 0}, {"max_episode_steps": 0}, {"n_envs": 0}):
-        args = {"capacity": 10, "observation_shape": (3,), "action_shape": (2,)} | kw
-        name = next(iter(kw))
-        with pytest.raises(ValueError, match=rf"{name} must be a positive integer, got 0"):
-            her.EpisodeStorage(**args)
+@pytest.mark.parametrize("kw,match", [
+    ({"capacity": 0}, "capacity must be a positive integer, got 0"),
+    ({"max_episode_steps": 0}, "max_episode_steps must be a positive integer, got 0"),
+    ({"n_envs": 0}, "n_envs must be a positive integer, got 0"),
+    ({"capacity": 1.7}, "capacity must be a positive integer, got 1.7"),
+    ({"capacity": float("inf")}, "capacity must be a positive integer, got inf"),
+    ({"observation_shape": (-1,)}, r"observation_shape must be a tuple of non-negative ints, e.g. \(25,\), got \(-1,\)"),
+    ({"observation_shape": 5}, "observation_shape must be a tuple of non-negative ints, e.g. .*, got 5"),
+    ({"action_shape": (2.5,)}, "action_shape must be a tuple of non-negative ints"),
+    ({"goal_shape": "3"}, "goal_shape must be a tuple of non-negative ints"),
+])
+def test_bad_construction_arguments(kw, match):
+    args = {"capacity": 10, "observation_shape": (3,), "action_shape": (2,)} | kw
+    with pytest.raises(ValueError, match=match):
+        her.EpisodeStorage(**args)
+
+
+def test_add_episode_terminated_must_be_a_bool_and_add_names_missing_goal_keys():
+    storage = make_tag_storage(20)
+    ep = _episode()
+    for bad in ("no", np.zeros(3, bool), None):
+        with pytest.raises(TypeError, match="terminated must be a bool"):
+            storage.add_episode(ep["observation"], ep["action"], ep["reward"], achieved_goal=ep["achieved_goal"],
+                                desired_goal=ep["desired_goal"], info=ep["info"], terminated=bad)
+    assert len(storage) == 0
+    kw = _step_arrays(1)
+    storage = make_tag_storage(20)
+    del kw["next_observation"]["achieved_goal"]
+    with pytest.raises(ValueError, match=r"next_observation dict lacks the keys \['achieved_goal'\]"):
+        storage.add(**kw)
 
 
 # ---------------------------------------------------------------------------------------------------------
