@@ -404,14 +404,17 @@ class EpisodeStorage:
                     type(next_observation) is dict or isinstance(next_observation, Mapping)):
                 raise ValueError("this storage keeps goals: observations must be dicts with keys "
                                  "'observation', 'achieved_goal', 'desired_goal'")
-            for which, d in (("observation", observation), ("next_observation", next_observation)):
-                missing = sorted({"observation", "achieved_goal", "desired_goal"} - set(d))
-                if missing:
-                    raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs 'observation', "
-                                     f"'achieved_goal', 'desired_goal'; got {sorted(d)})")
-            obs, ag, dg = observation["observation"], observation["achieved_goal"], observation["desired_goal"]
-            nobs = next_observation["observation"]
-            nag, ndg = next_observation["achieved_goal"], next_observation["desired_goal"]
+            try:
+                obs, ag, dg = observation["observation"], observation["achieved_goal"], observation["desired_goal"]
+                nobs = next_observation["observation"]
+                nag, ndg = next_observation["achieved_goal"], next_observation["desired_goal"]
+            except KeyError:
+                for which, d in (("observation", observation), ("next_observation", next_observation)):
+                    missing = sorted({"observation", "achieved_goal", "desired_goal"} - set(d))
+                    if missing:
+                        raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs "
+                                         f"'observation', 'achieved_goal', 'desired_goal'; got {sorted(d)})") from None
+                raise
         else:
             obs, nobs = observation, next_observation
         if self.validate:
