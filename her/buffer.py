@@ -200,7 +200,7 @@ class HerReplayBuffer:
         """Draw a batch: transitions (uniform or prioritized) -> goals -> returns.
 
         Raises:
-            ValueError: batch_size < 1, or nothing sampleable yet.
+            ValueError: batch_size not an integer >= 1, or nothing sampleable yet.
         """
         if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -213,8 +213,9 @@ class HerReplayBuffer:
         Used e.g. to feed the normalizer with relabeled transitions of new episodes.
         """
         slots = np.asarray(slots)
-        if slots.dtype.kind not in "iu" or (slots.size and not 0 <= slots.min() <= slots.max() < self.storage.n_slots):
-            raise ValueError(f"batch_from_slots: slots must be integers in [0, {self.storage.n_slots}), got {slots!r}")
+        n_slots = self.storage.n_slots
+        if slots.dtype.kind not in "iu" or (slots.size and not 0 <= slots.min() <= slots.max() < n_slots):
+            raise ValueError(f"batch_from_slots: slots must be integers in [0, {n_slots}), got {slots!r}")
         slots = slots.astype(np.int64, copy=False)
         if not self.storage.is_transition(slots).all():
             raise ValueError("batch_from_slots: some slots hold no stored transition")
