@@ -11,9 +11,8 @@ internal node always equals the reduction of its children and the sums cannot dr
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import math
+from typing import ClassVar
 
 import numpy as np
 
