@@ -23,6 +23,7 @@ OBS_DIM = 3
 ACT_DIM = 2
 DESIRED = np.array([-1.0, -1.0], np.float32)
 INFO_SHAPES = {"w": (1,)}
+MIXED_OTHER_DESIRED = 0.5  # GoalRelabeler's default other_desired_fraction
 
 
 def info_w(e: int, t: int) -> float:
@@ -183,8 +184,9 @@ def reference_live(run: TagRun, n_slots: int) -> list[int]:
 
 
 def goal_steps(strategy: str, t: int, T: int) -> list[int]:
-    """Steps t' whose achieved goal a relabeled transition t may get (uniform over the list)."""
-    if strategy == "future":
+    """Steps t' whose achieved goal a relabeled transition t may get (uniform over the list); for "mixed" the
+    future share only (the rest get a stored desired goal, ``DESIRED`` in tag storages)."""
+    if strategy in ("future", "mixed"):
         return list(range(t + 1, T + 1))
     if strategy == "final":
         return [T]
@@ -205,8 +207,11 @@ def reference_probabilities(run: TagRun, live: list[int], strategy: str, k: int)
             if p_rel < 1:
                 probs[(e, t, -1)] = (1 - p_rel) / n_trans
             steps = goal_steps(strategy, t, T)
+            p_ag = p_rel * (1 - MIXED_OTHER_DESIRED) if strategy == "mixed" else p_rel
+            if p_ag < p_rel:  # mixed: another stored episode's desired goal, DESIRED in tag storages
+                probs[(e, t, -1)] = probs.get((e, t, -1), 0.0) + (p_rel - p_ag) / n_trans
             for s in steps:
-                probs[(e, t, s)] = probs.get((e, t, s), 0.0) + p_rel / n_trans / len(steps)
+                probs[(e, t, s)] = probs.get((e, t, s), 0.0) + p_ag / n_trans / len(steps)
     return probs
 
 
@@ -218,7 +223,7 @@ def reference_sample(run: TagRun, live: list[int], batch_size: int, rng: np.rand
     for i in rng.integers(len(pairs), size=batch_size):
         e, t = pairs[i]
         ep = run.episodes[e]
-        if rng.random() < k / (k + 1):
+        if rng.random() < k / (k + 1) and not (strategy == "mixed" and rng.random() < MIXED_OTHER_DESIRED):
             goal = ep.ag(int(rng.choice(goal_steps(strategy, t, ep.length))))
         else:
             goal = DESIRED.copy()
@@ -274,7 +279,9 @@ def check_batch(batch: her.Batch, run: TagRun, live: list[int], *, strategy: str
         np.testing.assert_array_equal(batch.observation[i], ep.obs(t))
         np.testing.assert_array_equal(batch.action[i], [e, t])
         g = batch.desired_goal[i]
-        if batch.relabeled[i]:
+        if batch.relabeled[i] and strategy == "mixed" and (g == DESIRED).all():
+            pass  # another stored episode's desired goal (all tag episodes share DESIRED)
+        elif batch.relabeled[i]:
             assert g[0] == e, f"row {i}: goal {g} of another episode than {e}"
             assert int(g[1]) in goal_steps(strategy, t, ep.length), f"row {i}: t={t} T={ep.length} goal {g}"
         else:

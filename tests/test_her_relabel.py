@@ -332,7 +332,8 @@ def test_reference_sampler_and_buffer_agree_on_goal_step_marginals():
         ref = reference_sample(run, live, 20_000, np.random.default_rng(1), strategy, 4)
         b = her.HerReplayBuffer(storage, tag_reward, strategy=strategy, n_sampled_goal=4, seed=2).sample(20_000)
         rel = b.relabeled
-        got = np.where(rel, _goal_steps_of(b) - b.observation[:, 1].astype(int), -99)
+        own = rel & (b.desired_goal[:, 0] >= 0)  # "mixed" also relabels with DESIRED (other episodes' goal)
+        got = np.where(own, _goal_steps_of(b) - b.observation[:, 1].astype(int), -99)
         want = np.array([int(g[1]) - t if g[0] >= 0 else -99 for _, t, g in ref])
         values = np.union1d(got, want)
         table = np.array([[(got == v).sum() for v in values], [(want == v).sum() for v in values]])
@@ -349,7 +350,7 @@ def test_reference_sampler_and_buffer_agree_on_goal_step_marginals():
 
 def test_invalid_strategy_or_k_is_refused_with_a_clear_message():
     storage = make_tag_storage(50)
-    with pytest.raises(ValueError, match=r"one of \('future', 'final', 'episode'\), got 'futur'"):
+    with pytest.raises(ValueError, match=r"one of \('future', 'final', 'episode', 'mixed'\), got 'futur'"):
         her.HerReplayBuffer(storage, tag_reward, strategy="futur")
     for k in (-1, 1.5, True, "4"):
         with pytest.raises(ValueError, match=rf"integer >= 0, got {k!r}"):
@@ -388,3 +389,79 @@ def test_batches_own_their_arrays_writing_one_changes_no_later_batch():
     np.testing.assert_array_equal(second.weight, np.ones(16, np.float32))
     np.testing.assert_array_equal(second.discount, np.full(16, 0.9, np.float32))
     np.testing.assert_array_equal(second.n_steps, np.ones(16, np.int64))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Case: the mixed strategy (future + other episodes' desired goals): its goal pool, its share, its rewards
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _mixed_storage(n_episodes=6, length=5, capacity=60):
+    """Episodes e = 0.. with achieved goals (100 e + k, 0) and desired goal (-1 - e, 7); ring of ``capacity``."""
+    storage = her.EpisodeStorage(capacity, (2,), (1,), (2,))
+    for e in range(n_episodes):
+        ag = np.stack([100.0 * e + np.arange(length + 1), np.zeros(length + 1)], 1)
+        storage.add_episode(np.stack([np.full(length + 1, e), np.arange(length + 1)], 1), np.zeros((length, 1)),
+                            np.zeros(length), achieved_goal=ag, desired_goal=np.array([-1.0 - e, 7.0]))
+    return storage
+
+
+def _near(achieved, desired, info=None):
+    return -(np.abs(achieved - desired).max(-1) > 0.5).astype(np.float32)
+
+
+@pytest.mark.parametrize("f", [0.0, 0.25, 0.5, 1.0])
+def test_mixed_share_of_other_desired_goals_and_future_goals(f):
+    storage = _mixed_storage()
+    buf = her.HerReplayBuffer(storage, _near, strategy="mixed", n_sampled_goal=4, other_desired_fraction=f, seed=3)
+    b = buf.sample(40_000)
+    e, t = b.observation[:, 0].astype(int), b.observation[:, 1].astype(int)
+    g = b.desired_goal
+    desired = g[:, 1] == 7.0
+    own_desired = desired & (g[:, 0] == -1.0 - e)
+    other = b.relabeled & desired
+    future = b.relabeled & ~desired
+    np.testing.assert_array_equal(own_desired[~b.relabeled], True)  # not relabeled: the episode's own goal
+    assert stats.binomtest(int(b.relabeled.sum()), len(b), 0.8).pvalue > ALPHA
+    assert stats.binomtest(int(other.sum()), int(b.relabeled.sum()), f).pvalue > ALPHA
+    # the future share: an achieved goal of the same episode, step in {t+1..T}
+    step = g[future, 0] - 100 * e[future]
+    assert ((step >= t[future] + 1) & (step <= 5)).all() and (g[future, 1] == 0).all()
+
+
+def test_mixed_other_desired_goals_are_uniform_over_the_live_episodes_after_the_wrap():
+    storage = _mixed_storage(n_episodes=15, capacity=40)  # the ring keeps only the newest episodes
+    live = sorted({int(e) for e in storage.observation[storage.transition_slots(), 0]})
+    assert live == list(range(live[0], 15)) and live[0] > 0
+    buf = her.HerReplayBuffer(storage, _near, strategy="mixed", n_sampled_goal=4, other_desired_fraction=1.0, seed=5)
+    b = buf.sample(30_000)
+    goals = b.desired_goal[b.relabeled]
+    assert (goals[:, 1] == 7.0).all()
+    owner = (-1.0 - goals[:, 0]).astype(int)  # desired goal (-1 - e, 7) -> episode e
+    counts = np.array([(owner == e).sum() for e in live])
+    assert counts.sum() == len(goals)  # never an evicted episode's goal
+    assert stats.chisquare(counts).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_mixed_rewards_are_recomputed_for_the_drawn_goal(n_step):
+    storage = _mixed_storage()
+    buf = her.HerReplayBuffer(storage, _near, strategy="mixed", n_sampled_goal=4, n_step=n_step, gamma=0.9, seed=7)
+    b = buf.sample(5000)
+    e, t = b.observation[:, 0].astype(int), b.observation[:, 1].astype(int)
+    m = np.minimum(n_step, 5 - t)
+    np.testing.assert_array_equal(b.n_steps, m)
+    want = np.zeros(len(b), np.float32)
+    for j in range(n_step):
+        ag = np.stack([100.0 * e + t + 1 + j, np.zeros(len(b))], 1)
+        want += np.where(j < m, 0.9**j * _near(ag, b.desired_goal), 0.0).astype(np.float32)
+    np.testing.assert_allclose(b.reward, want, rtol=1e-6)
+    other = b.relabeled & (b.desired_goal[:, 1] == 7.0)
+    assert other.sum() > 1000 and (b.reward[other] < 0).all()  # nobody reaches a desired goal here
+    assert (b.reward[b.relabeled & ~other] > -n_step).any()  # future goals are reached
+
+
+def test_mixed_refuses_a_fraction_outside_0_1():
+    for bad in (-0.1, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match="other_desired_fraction must be a number in"):
+            her.GoalRelabeler("mixed", 4, bad)
