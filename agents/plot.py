@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["main", "plot_curves", "read_metrics"]
+__all__ = ["main", "plot_curves", "read_metrics", "results_table"]
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
@@ -88,6 +88,51 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     return out
 
 
+def _steps_to(r: dict[str, np.ndarray], level: float, metric: str) -> float:
+    hit = np.flatnonzero(r[metric] >= level)
+    return float(r["env_steps"][hit[0]]) if hit.size else np.nan
+
+
+def _at(r: dict[str, np.ndarray], step: float, metric: str) -> float:
+    """The value of the last evaluation at or before ``step`` (NaN if the run ended earlier)."""
+    if r["env_steps"].max() < step:
+        return np.nan
+    return float(r[metric][np.flatnonzero(r["env_steps"] <= step)[-1]])
+
+
+def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: tuple[float, ...] = (0.5, 0.9),
+                  metric: str = "eval/success_rate") -> str:
+    """A markdown table, one row per run and one mean row per group of several: env steps to reach each of
+    ``levels`` (first evaluation at or above it; "-" if never), ``metric`` at the env steps ``at``, the run's
+    last env steps and its wall time (minutes)."""
+    def fmt_steps(v: float) -> str:
+        return "-" if np.isnan(v) else f"{v / 1e3:.0f}k"
+
+    def fmt(v: float) -> str:
+        return "-" if np.isnan(v) else f"{v:.2f}"
+
+    head = (["run"] + [f"to {lv:g}" for lv in levels] + [f"at {a / 1e3:.0f}k" for a in at]
+            + ["env steps", "wall min"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, dirs in groups.items():
+        runs = [read_metrics(d) for d in dirs]
+        rows = []
+        for d, r in zip(dirs, runs):
+            vals = [_steps_to(r, lv, metric) for lv in levels] + [_at(r, a, metric) for a in at]
+            rows.append(vals + [r["env_steps"].max(), r["wall_time"].max() / 60])
+            cells = [Path(d).name] + [fmt_steps(v) for v in vals[: len(levels)]] + [fmt(v) for v in vals[len(levels):]]
+            lines.append("| " + " | ".join(cells + [fmt_steps(rows[-1][-2]), f"{rows[-1][-1]:.0f}"]) + " |")
+        if len(runs) > 1:  # the mean curve's crossings, and the mean at each step
+            grid, mean, _, _ = _aggregate(runs, "env_steps", metric)
+            mean_run = {"env_steps": grid, metric: mean}
+            vals = [_steps_to(mean_run, lv, metric) for lv in levels]
+            vals += [float(np.mean([row[len(levels) + i] for row in rows])) for i in range(len(at))]
+            cells = [f"**{label}: mean of {len(runs)}**"] + [fmt_steps(v) for v in vals[: len(levels)]]
+            cells += [fmt(v) for v in vals[len(levels):]] + ["", f"{np.mean([row[-1] for row in rows]):.0f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="her-plot", description=__doc__.split("\n\n")[0],
@@ -96,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="learning_curves.png", help="PNG to write")
     parser.add_argument("--metric", default="eval/success_rate")
     parser.add_argument("--title")
+    parser.add_argument("--table", nargs="*", type=float, metavar="STEPS",
+                        help="print a markdown table instead (env steps to 0.5 / 0.9, the metric at STEPS)")
     # --label may appear several times between run directories: split the raw argv ourselves. Run directories
     # before a --label form its group; run directories after the last --label form one more group.
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -116,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         elif a in ("--out", "--metric", "--title") and i + 1 < len(argv):
             rest += [a, argv[i + 1]]
             i += 2
+        elif a == "--table":  # --table [STEPS ...]: the numbers after it are its own
+            rest.append(a)
+            i += 1
+            while i < len(argv) and argv[i].replace(".", "", 1).replace("e", "", 1).isdigit():
+                rest.append(argv[i])
+                i += 1
         elif a.startswith("-"):
             rest.append(a)
             i += 1
@@ -128,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     if not groups:
         parser.error("no run directories given")
     try:
+        if args.table is not None:
+            print(results_table(groups, args.table, metric=args.metric))
+            return 0
         out = plot_curves(groups, args.out, args.metric, args.title)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))

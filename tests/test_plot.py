@@ -103,3 +103,17 @@ def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expe
     assert exc.value.code == 2
     assert expect in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_her_plot_table_gives_steps_to_each_level_and_success_at_given_steps(runs, capsys):
+    assert main([str(runs[0]), str(runs[1]), "--label", "A", str(runs[2]), "--label", "B",
+                 "--table", "2000", "3500"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "| run | to 0.5 | to 0.9 | at 2k | at 4k | env steps | wall min |"
+    rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ")[1:] for ln in lines[2:]}
+    # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k, 40 s; at 3.5k the last evaluation at or before it (3k) counts
+    assert rows["a-s0"] == ["3k", "4k", "0.40", "0.70", "4k", "1 |"]
+    assert rows["a-s1"] == ["2k", "-", "0.50", "-", "3k", "1 |"]  # never 0.9; ended before 3.5k
+    # mean of a-s0 and a-s1 on their common range (1k-3k): 0.05, 0.45, 0.75 -> 0.5 first at 3k, 0.9 never
+    assert rows["**A: mean of 2**"][:4] == ["3k", "-", "0.45", "-"]
+    assert rows["b-s0"][:4] == ["4k", "-", "0.10", "0.30"]
