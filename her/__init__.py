@@ -1,11 +1,15 @@
 """her: Hindsight Experience Replay for any off-policy code. numpy only.
 
-Four separate pieces (ARCHITECTURE.md "Data flow"), composed by ``HerReplayBuffer``:
+Four separate pieces, composed by ``HerReplayBuffer`` (semantics: ``docs/semantics.md``):
 
 - ``EpisodeStorage``: where data lives (whole episodes, states once, ring overwrite by whole episodes);
-- ``UniformSampler`` / ``PrioritizedSampler``: which transitions are drawn;
-- ``GoalRelabeler``: which goal they get (``future``, ``final``, ``episode``; k = ``n_sampled_goal``);
-- n-step returns inside ``HerReplayBuffer``: how their return is built, rewards via ``compute_reward``.
+- a ``Sampler`` (``UniformSampler``, ``PrioritizedSampler``): which transitions are drawn;
+- a ``Relabeler`` (``FutureGoals``, ``FinalGoal``, ``EpisodeGoals``, ``MixedGoals``, ``NoRelabel``; by name
+  ``make_relabeler("future", k)``): which goal they get;
+- a ``Returns`` (``OneStepReturn``, ``NStepReturn``): how their return is built, rewards via ``compute_reward``.
+
+Each piece can be replaced by any object with the protocol's methods, e.g.
+``HerReplayBuffer(storage, reward_fn, relabeler=MyRelabeler(), returns=NStepReturn(3, 0.98))``.
 
 Example::
 
@@ -20,25 +24,54 @@ Example::
 Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
-from .buffer import Batch, HerReplayBuffer, check_compute_reward
-from .relabel import STRATEGIES, GoalRelabeler
-from .samplers import PrioritizedSampler, UniformSampler
+from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
+from .relabel import (
+    STRATEGIES,
+    EpisodeGoals,
+    FinalGoal,
+    FutureGoals,
+    GoalRelabeler,
+    HindsightRelabeler,
+    MixedGoals,
+    NoRelabel,
+    Relabeler,
+    RelabelStrategy,
+    make_relabeler,
+)
+from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, make_returns
+from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import EpisodeStorage, storage_from_env
 from .trees import MaxTree, MinTree, SegmentTree, SumTree
 
 __all__ = [
     "STRATEGIES",
     "Batch",
+    "EpisodeGoals",
     "EpisodeStorage",
+    "FinalGoal",
+    "FutureGoals",
     "GoalRelabeler",
     "HerReplayBuffer",
+    "HindsightRelabeler",
     "MaxTree",
     "MinTree",
+    "MixedGoals",
+    "NStepReturn",
+    "NoRelabel",
+    "OneStepReturn",
     "PrioritizedSampler",
+    "RelabelStrategy",
+    "Relabeler",
+    "ReturnBatch",
+    "Returns",
+    "Sampler",
     "SegmentTree",
     "SumTree",
     "UniformSampler",
     "check_compute_reward",
+    "make_relabeler",
+    "make_returns",
+    "resolve_pieces",
     "storage_from_env",
 ]
 __version__ = "0.1.0"

@@ -17,7 +17,7 @@ def _template(n: int, value: float, dtype: str) -> np.ndarray:
 
 
 def filled(n: int, value: float, dtype: str) -> np.ndarray:
-    """A new writable ``[n]`` array of ``value``: a copy of a cached template, ~3x cheaper than ``np.full`` for the
+    """A new writable ``[n]`` array of ``value``: a copy of a cached template, cheaper than ``np.full`` for the
     few hundred elements of a batch (a per-call cost of every sample)."""
     if n > _CACHED_MAX:
         return np.full(n, value, dtype)

@@ -1,7 +1,9 @@
 """The replay buffer: storage -> transitions (uniform | prioritized) -> goals (HER) -> returns (1-step | n-step).
 
-``HerReplayBuffer`` composes the four pieces and returns ``Batch`` objects of numpy arrays. Every combination
-of sampler, relabel strategy and n works; goal-free storages skip the relabeling and use the stored rewards.
+``HerReplayBuffer`` composes the four pieces (``EpisodeStorage``, a :class:`~her.samplers.Sampler`, a
+:class:`~her.relabel.Relabeler`, a :class:`~her.returns.Returns`) and returns ``Batch`` objects of numpy arrays.
+Every combination works; goal-free storages skip the relabeling and use the stored rewards. The buffer gathers
+each sampled transition's record once and hands it to the pieces. Semantics: ``docs/semantics.md``.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from ._util import filled
-from .relabel import GoalRelabeler
-from .samplers import PrioritizedSampler, UniformSampler
+from .relabel import Relabeler, make_relabeler
+from .returns import Returns, make_returns
+from .samplers import Sampler, UniformSampler
 from .storage import EpisodeStorage
 
-__all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "check_compute_reward"]
+__all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "check_compute_reward", "resolve_pieces"]
 
 RewardFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
 """``compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) -> reward [N]``, vectorized over N.
@@ -83,7 +86,7 @@ class Batch:
 
 
 def _torch() -> Any:
-    """The torch module, imported on first use (``import torch`` in a function costs ~0.5 us a call)."""
+    """The torch module, imported on first use (an ``import`` statement in a hot function is not free)."""
     global _TORCH
     if _TORCH is None:
         import torch
@@ -95,12 +98,21 @@ def _torch() -> Any:
 _TORCH: Any = None
 
 
-def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], info: Any = None) -> None:
+def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], info: Any = None) -> bool:
     """Refuse a reward function that is not vectorized over a batch of goals.
+
+    It is called with 7 goals of ``goal_shape`` (``info``: None or ``{key: [7, ...]}``). When that call raises,
+    it is called once more with one unbatched goal: if that works the function is not vectorized and is refused;
+    if that raises too the function cannot be probed yet (e.g. an env's ``compute_reward`` that reads state set
+    by its first ``reset``), and the check is left to the first real sample, where every batch's reward shape is
+    checked anyway.
+
+    Returns:
+        True when checked, False when it could not be probed yet.
 
     Raises:
         TypeError: compute_reward is not callable.
-        ValueError: it fails on, or returns a shape other than (7,) for, 7 goals of ``goal_shape``.
+        ValueError: it fails on 7 goals but works on one, or returns a shape other than (7,) for 7 goals.
     """
     if not callable(compute_reward):
         raise TypeError(f"compute_reward must be callable, got {type(compute_reward).__name__}")
@@ -108,6 +120,11 @@ def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], 
     try:
         r = np.asarray(compute_reward(g, g + 1.0, info))
     except Exception as exc:
+        one_info = None if info is None else {k: np.asarray(v)[0] for k, v in info.items()}
+        try:
+            compute_reward(g[0], g[0] + 1.0, one_info)
+        except Exception:
+            return False  # fails unbatched as well: not (yet) callable here, so nothing is learned about batching
         raise ValueError(
             "compute_reward must be vectorized: compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) "
             f"-> [N]; calling it with 7 goals of shape {goal_shape} failed: {exc!r}"
@@ -117,31 +134,39 @@ def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], 
             "compute_reward must be vectorized: for 7 goals it must return shape (7,), "
             f"got shape {r.shape}"
         )
+    return True
 
 
 class HerReplayBuffer:
     """HER replay over an ``EpisodeStorage``: sample transitions, relabel goals, build (n-step) returns.
 
+    The three pieces can be passed as objects (any class with the methods of :class:`her.Sampler`,
+    :class:`her.Relabeler`, :class:`her.Returns`) or built from the shorthand arguments, resolved in one place
+    (:func:`resolve_pieces`): ``strategy`` / ``n_sampled_goal`` / ``other_desired_fraction`` ->
+    ``relabeler``, ``n_step`` / ``gamma`` / ``stop_at_success`` / ``compute_success`` -> ``returns``.
+
     Args:
         storage: the ``EpisodeStorage``.
         compute_reward: vectorized reward function (see ``RewardFn``); required for goal storages, checked at
             set-up. Every sampled reward is recomputed with it, real and relabeled, in one call per batch.
-        strategy: relabel strategy "future", "final" or "episode" (goal storages).
+        sampler: which transitions; default ``UniformSampler(storage)`` (``PrioritizedSampler`` for PER).
+        relabeler: which goals (goal storages); default ``make_relabeler(strategy, n_sampled_goal, ...)``.
+        returns: which returns; default ``make_returns(n_step, gamma, stop_at_success, compute_success)``.
+        strategy: relabel strategy "future", "final", "episode" or "mixed" (see ``her.relabel``).
         n_sampled_goal: k; relabel probability k / (k + 1). 0 disables relabeling.
+        other_desired_fraction: strategy "mixed": share of relabeled goals taken from stored desired goals.
         n_step: n >= 1. The return of transition t with goal g' is ``sum_{j<m} gamma^j r_{t+j}`` with
             ``m = min(n, T - t, steps to the first termination)``, bootstrapped from ``s_{t+m}`` with discount
-            ``gamma^m`` unless terminated (Peng & Williams 1996; Hessel et al. 2018, Sec. 3). The goal stays
-            ``g'`` over the whole window and every reward in it is recomputed for ``g'``.
+            ``gamma^m`` unless terminated (see ``her.returns``).
         gamma: discount factor in (0, 1].
-        sampler: ``UniformSampler`` (default) or ``PrioritizedSampler`` over the same storage.
-        stop_at_success: end the n-step window at the first step whose next state achieves the goal (the
-            bias-reduced variant of Yang et al. 2021, "Bias-reduced multi-step hindsight experience replay");
-            needs ``compute_success``.
+        stop_at_success: end the n-step window at the first step whose next state achieves the goal (Yang et
+            al. 2021, "Bias-reduced multi-step hindsight experience replay"); needs ``compute_success``.
         compute_success: vectorized success function (see ``SuccessFn``).
         seed: seed of the buffer's numpy Generator.
 
     Raises:
-        ValueError / TypeError: inconsistent arguments, a non-vectorized compute_reward.
+        ValueError / TypeError: inconsistent arguments, a piece and its shorthand both given, a
+            non-vectorized compute_reward.
     """
 
     def __init__(
@@ -149,39 +174,41 @@ class HerReplayBuffer:
         storage: EpisodeStorage,
         compute_reward: RewardFn | None = None,
         *,
+        sampler: Sampler | None = None,
+        relabeler: Relabeler | None = None,
+        returns: Returns | None = None,
         strategy: str = "future",
         n_sampled_goal: int = 4,
+        other_desired_fraction: float = 0.5,
         n_step: int = 1,
         gamma: float = 0.98,
-        sampler: UniformSampler | PrioritizedSampler | None = None,
         stop_at_success: bool = False,
         compute_success: SuccessFn | None = None,
         seed: int | None = None,
     ) -> None:
-        if isinstance(n_step, bool) or int(n_step) != n_step or n_step < 1:
-            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
-        if not 0 < gamma <= 1:
-            raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         self.storage = storage
-        self.n_step, self.gamma = int(n_step), float(gamma)
-        relabeler = GoalRelabeler(strategy, n_sampled_goal)  # checks strategy and k, goal storage or not
-        self.relabeler = relabeler if storage.has_goals else None
+        self.sampler, self.relabeler, self.returns = resolve_pieces(
+            storage, sampler, relabeler, returns, strategy=strategy, n_sampled_goal=n_sampled_goal,
+            other_desired_fraction=other_desired_fraction, n_step=n_step, gamma=gamma,
+            stop_at_success=stop_at_success, compute_success=compute_success)
         if storage.has_goals:
             if compute_reward is None:
                 raise ValueError("a goal storage needs compute_reward(achieved_goal, desired_goal, info)")
             info0 = {k: np.zeros((7, *s), np.float32) for k, s in storage.info_shapes.items()} or None
+            # False: it could not be probed yet (an env that needs a reset first); sampling checks every shape
             check_compute_reward(compute_reward, storage.goal_shape, info0)
-        if stop_at_success and (compute_success is None or not storage.has_goals):
-            raise ValueError("stop_at_success needs a goal storage and compute_success(achieved_goal, desired_goal)")
         self.compute_reward = compute_reward
-        self.compute_success = compute_success
-        self.stop_at_success = bool(stop_at_success)
-        self.sampler = sampler if sampler is not None else UniformSampler(storage)
-        if self.sampler.storage is not storage:
-            raise ValueError("the sampler must be built over the same storage")
         self.rng = np.random.default_rng(seed)
-        self._powers = (self.gamma ** np.arange(self.n_step + 1)).astype(np.float32)
-        self._window = np.arange(self.n_step)
+
+    @property
+    def gamma(self) -> float:
+        """The discount factor of the returns."""
+        return self.returns.gamma
+
+    @property
+    def n_step(self) -> int:
+        """The returns' n (1 for a returns object without ``n_step``)."""
+        return int(getattr(self.returns, "n_step", 1))
 
     # -- writing (delegates)
     def add(self, *args: Any, **kwargs: Any) -> list[tuple[int, int]]:
@@ -204,8 +231,8 @@ class HerReplayBuffer:
         """
         if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        slots, weight, records = self.sampler.sample(int(batch_size), self.rng)
-        return self._build(slots, weight, records)
+        slots, weight = self.sampler.sample(int(batch_size), self.rng)
+        return self._build(slots, weight)
 
     def batch_from_slots(self, slots: np.ndarray) -> Batch:
         """Build a batch (with relabeling and returns) for given transition slots, weights 1.
@@ -219,75 +246,35 @@ class HerReplayBuffer:
         slots = slots.astype(np.int64, copy=False)
         if not self.storage.is_transition(slots).all():
             raise ValueError("batch_from_slots: some slots hold no stored transition")
-        return self._build(slots, filled(len(slots), 1.0, "float32"), self.storage.data.take(slots))
+        return self._build(slots, filled(len(slots), 1.0, "float32"))
 
     def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
         """Pass the TD errors of a trained batch to the sampler (a no-op for uniform sampling)."""
         self.sampler.update_priorities(index, td_error)
 
-    def _build(self, slots: np.ndarray, weight: np.ndarray, rec: np.ndarray) -> Batch:
+    def _build(self, slots: np.ndarray, weight: np.ndarray) -> Batch:
         # Bound by numpy call overhead and cache misses: one record gather per state, few numpy calls.
-        st, n, B = self.storage, self.n_step, len(slots)
-        nxt = slots + 1  # take(mode="wrap") applies the ring's modulo in C
+        st = self.storage
+        rec = st.gather(slots)
         if self.relabeler is not None:
-            goals, relabeled = self.relabeler.relabel(st, slots, rec, self.rng, nxt)
+            goals, relabeled = self.relabeler.relabel(st, slots, rec, self.rng)
         else:
-            goals, relabeled = None, np.zeros(B, bool)
-        if n == 1:
-            nrec = st.data.take(nxt, mode="wrap")
-            if goals is not None:
-                info = {k: rec["info." + k] for k in st.info_shapes} if st.info_shapes else None
-                r = self._rewards(rec["next_achieved_goal"], goals, info, B)
-            else:
-                r = rec["reward"]
-            m, discount = filled(B, 1, "int64"), filled(B, self.gamma, "float32")
-            ret = r
-            terminated = rec["terminated"]
-        else:
-            left = rec["length"] - rec["step"]  # transitions from t to the episode's end, >= 1
-            valid = self._window < left[:, None]  # [B, n] the window's steps inside the episode (a prefix)
-            flat_next = (slots[:, None] + (self._window + 1)).reshape(-1)  # states s_{t+1..t+n}, modulo by take
-            wrec = None
-            if st.info_shapes or goals is None:  # per-step info (or stored rewards) of transitions t..t+n-1
-                wrec = st.data.take(flat_next - 1, mode="wrap")
-            if goals is not None:
-                ag_next = st.achieved_goal.take(flat_next, axis=0, mode="wrap")
-                g_rep = np.repeat(goals, n, axis=0)
-                info = {k: wrec["info." + k] for k in st.info_shapes}
-                r = self._rewards(ag_next, g_rep, info, B * n).reshape(B, n)
-                if self.stop_at_success:
-                    hit = np.asarray(self.compute_success(ag_next, g_rep), bool).reshape(B, n) & valid
-                    first = np.where(hit.any(1), hit.argmax(1), n)
-                    valid &= self._window <= first[:, None]
-            else:
-                r = wrec["reward"].reshape(B, n)
-            m = valid.sum(1) if self.stop_at_success else np.minimum(left, n).astype(np.int64)
-            ret = np.where(valid, r, np.float32(0.0)) @ self._powers[:n]
-            discount = self._powers[m]
-            nxt = slots + m
-            nrec = st.data.take(nxt, mode="wrap")
-            # The window ends in a true terminal state only at its episode's last transition.
-            terminated = rec["episode_terminated"] & (m == left)
+            goals, relabeled = None, np.zeros(len(slots), bool)
+        ret = self.returns.build(st, slots, rec, goals, self.compute_reward)
         # Fields are strided views of the freshly gathered records (no copies; torch.from_numpy accepts them).
         return Batch(
             observation=rec["observation"],
             desired_goal=goals,
             action=rec["action"],
-            reward=ret if ret.dtype == np.float32 else ret.astype(np.float32),
-            next_observation=nrec["observation"],
-            discount=discount,
-            terminated=terminated,
+            reward=ret.reward if ret.reward.dtype == np.float32 else ret.reward.astype(np.float32),
+            next_observation=st.gather(ret.next_slots)["observation"],
+            discount=ret.discount,
+            terminated=ret.terminated,
             weight=weight,
             index=slots,
             relabeled=relabeled,
-            n_steps=m,
+            n_steps=ret.n_steps,
         )
-
-    def _rewards(self, achieved_goal: np.ndarray, goals: np.ndarray, info: dict, N: int) -> np.ndarray:
-        r = np.asarray(self.compute_reward(achieved_goal, goals, info or None), np.float32)
-        if r.shape != (N,):
-            raise ValueError(f"compute_reward returned shape {r.shape}, expected ({N},)")
-        return r
 
     # -- persistence
     def state_dict(self) -> dict[str, Any]:
@@ -299,3 +286,52 @@ class HerReplayBuffer:
         self.storage.load_state_dict(state["storage"])
         self.sampler.load_state_dict(state["sampler"])
         self.rng.bit_generator.state = state["rng"]
+
+
+_DEFAULTS = {"strategy": "future", "n_sampled_goal": 4, "other_desired_fraction": 0.5, "n_step": 1, "gamma": 0.98,
+             "stop_at_success": False, "compute_success": None}
+
+
+def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, relabeler: Relabeler | None = None,
+                   returns: Returns | None = None, **shorthands: Any) -> tuple[Sampler, Relabeler | None, Returns]:
+    """The one place where ``HerReplayBuffer``'s shorthand arguments become pieces.
+
+    Args:
+        storage: the storage the pieces work on.
+        sampler, relabeler, returns: pieces given as objects (None: build from the shorthands).
+        shorthands: ``strategy``, ``n_sampled_goal``, ``other_desired_fraction`` (relabeler) and ``n_step``,
+            ``gamma``, ``stop_at_success``, ``compute_success`` (returns), as in ``HerReplayBuffer``.
+    Returns:
+        ``(sampler, relabeler or None for a goal-free storage, returns)``.
+    Raises:
+        ValueError: a piece given together with a non-default shorthand of its own, a sampler over another
+            storage, a relabeler for a goal-free storage, bad shorthand values.
+    """
+    kw = {**_DEFAULTS, **shorthands}
+    changed = {k for k in _DEFAULTS if kw[k] is not _DEFAULTS[k] and kw[k] != _DEFAULTS[k]}
+    for piece, name, keys in ((relabeler, "relabeler", ("strategy", "n_sampled_goal", "other_desired_fraction")),
+                              (returns, "returns", ("n_step", "gamma", "stop_at_success", "compute_success"))):
+        clash = sorted(changed.intersection(keys) - ({"compute_success"} if name == "returns" and
+                                                     not kw["stop_at_success"] else set()))
+        if piece is not None and clash:
+            raise ValueError(f"pass {name}= or its shorthand {', '.join(clash)}, not both")
+    if sampler is None:
+        sampler = UniformSampler(storage)
+    elif getattr(sampler, "storage", storage) is not storage:
+        raise ValueError("the sampler must be built over the same storage")
+    if relabeler is None:
+        relabeler = make_relabeler(kw["strategy"], kw["n_sampled_goal"], kw["other_desired_fraction"])
+        if not storage.has_goals:
+            relabeler = None
+    elif not storage.has_goals:
+        raise ValueError("a relabeler needs a goal storage (this one was built without goal_shape)")
+    elif not callable(getattr(relabeler, "relabel", None)):
+        raise TypeError(f"relabeler must have a relabel(storage, slots, records, rng) method, got {relabeler!r}")
+    if returns is None:
+        if kw["stop_at_success"] and (kw["compute_success"] is None or not storage.has_goals):
+            raise ValueError("stop_at_success needs a goal storage and compute_success(achieved_goal, desired_goal)")
+        returns = make_returns(kw["n_step"], kw["gamma"], kw["stop_at_success"], kw["compute_success"])
+    elif not callable(getattr(returns, "build", None)):
+        raise TypeError(f"returns must have a build(storage, slots, records, goals, compute_reward) method, "
+                        f"got {returns!r}")
+    return sampler, relabeler, returns

@@ -1,98 +1,229 @@
 """Goal relabeling: which goal each sampled transition gets (Andrychowicz et al. 2017, "Hindsight Experience
-Replay", Sec. 3.3 and 4.5).
+Replay", Sec. 3.3 and 4.5). Semantics: ``docs/semantics.md``.
 
 For a transition ``t`` of an episode with ``T`` transitions and achieved goals ``ag_0..ag_T``, with
 probability ``k / (k + 1)`` (``k = n_sampled_goal``) the desired goal is replaced by:
 
-- ``future``:  ``ag_{t'}``, ``t'`` uniform in ``{t+1, ..., T}`` (the state right after the transition counts);
-- ``final``:   ``ag_T``;
-- ``episode``: ``ag_{t'}``, ``t'`` uniform in ``{1, ..., T}``;
-- ``mixed``:   a share ``other_desired_fraction`` (f) of the relabeled transitions gets the desired goal of a stored
-  state drawn uniformly over the live states (another episode's goal, or with probability about
-  ``1 / n_episodes`` its own), the rest ``future``. With k = 4 and f = 0.5: 40% future, 40% other episodes'
-  desired goals, 20% the real goal. This is the "futureactual" relabeling of Pitis et al.'s mrl
+- ``future`` (:class:`FutureGoals`): ``ag_{t'}``, ``t'`` uniform in ``{t+1, ..., T}`` (the state right after the
+  transition counts);
+- ``final`` (:class:`FinalGoal`): ``ag_T``;
+- ``episode`` (:class:`EpisodeGoals`): ``ag_{t'}``, ``t'`` uniform in ``{1, ..., T}``;
+- ``mixed`` (:class:`MixedGoals`): a share ``other_desired_fraction`` (f) of the relabeled transitions gets the
+  desired goal of a stored state drawn uniformly over the live states (another episode's goal, or with
+  probability about ``1 / n_episodes`` its own), the rest ``future``. With k = 4 and f = 0.5: 40% future, 40%
+  other episodes' desired goals, 20% the real goal. This is the "futureactual" relabeling of Pitis et al.'s mrl
   (``mrl/modules/replay/her_relabel``; Pitis et al. 2020, "Maximum Entropy Gain Exploration for Long Horizon
   Multi-goal Reinforcement Learning", Sec. 5): desired goals teach the critic about the goals the task will ask
   for, not only those the policy happens to reach.
 
-Relabeling is done at sample time, so the same stored episode serves every strategy and ``k``.
+:class:`NoRelabel` keeps every stored goal. Relabeling is done at sample time, so the same stored episode serves
+every strategy and ``k``. Any object with the :class:`Relabeler` method plugs into ``HerReplayBuffer``.
 """
 
 from __future__ import annotations
+
+from enum import Enum
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from .storage import EpisodeStorage
 
-__all__ = ["STRATEGIES", "GoalRelabeler"]
+__all__ = [
+    "STRATEGIES",
+    "EpisodeGoals",
+    "FinalGoal",
+    "FutureGoals",
+    "GoalRelabeler",
+    "HindsightRelabeler",
+    "MixedGoals",
+    "NoRelabel",
+    "RelabelStrategy",
+    "Relabeler",
+    "make_relabeler",
+]
 
-STRATEGIES = ("future", "final", "episode", "mixed")
 
+@runtime_checkable
+class Relabeler(Protocol):
+    """Which goal each sampled transition is trained with."""
 
-class GoalRelabeler:
-    """Replace desired goals of sampled transitions by achieved goals of the same episode.
-
-    Args:
-        strategy: "future", "final", "episode" or "mixed".
-        n_sampled_goal: k >= 0; the relabel probability is ``k / (k + 1)`` (k = 4 gives 0.8). k = 0 disables.
-        other_desired_fraction: f in [0, 1], strategy "mixed" only: the share of relabeled goals taken from
-            the desired goals of stored states (other episodes'), the rest are ``future`` goals.
-
-    Raises:
-        ValueError: unknown strategy, a negative / non-integer k, or f outside [0, 1].
-    """
-
-    def __init__(self, strategy: str = "future", n_sampled_goal: int = 4, other_desired_fraction: float = 0.5) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"relabel strategy must be one of {STRATEGIES}, got {strategy!r}")
-        if isinstance(n_sampled_goal, bool) or int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0:
-            raise ValueError(f"n_sampled_goal (k) must be an integer >= 0, got {n_sampled_goal!r}")
-        if isinstance(other_desired_fraction, bool) or not 0.0 <= float(other_desired_fraction) <= 1.0:
-            raise ValueError(f"other_desired_fraction must be a number in [0, 1], got {other_desired_fraction!r}")
-        self.strategy = strategy
-        self.n_sampled_goal = int(n_sampled_goal)
-        self.relabel_probability = self.n_sampled_goal / (self.n_sampled_goal + 1)
-        self.other_desired_fraction = float(other_desired_fraction)
-
-    def relabel(
-        self,
-        storage: EpisodeStorage,
-        slots: np.ndarray,
-        records: np.ndarray,
-        rng: np.random.Generator,
-        next_slots: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def relabel(self, storage: EpisodeStorage, slots: np.ndarray, records: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Goals for the transitions in ``slots``.
 
         Args:
-            storage: a goal storage.
+            storage: a goal storage (``storage.achieved_goal``, ``storage.desired_goal``: float32 [n_slots, *g]).
             slots: int64 [B] transition slots.
-            records: ``storage.data.take(slots)`` (their step ``t``, length ``T`` and desired goal are used).
-            rng: numpy Generator.
-            next_slots: ``slots + 1`` if the caller has it (saves an array operation).
+            records: ``storage.gather(slots)``, the storage's records of the slots (fields ``step``, ``length``,
+                ``desired_goal``, ... see ``EpisodeStorage``).
+            rng: numpy Generator (the buffer's).
         Returns:
-            goals: float32 [B, *goal_shape] (the stored desired goal where not relabeled); relabeled: bool [B].
+            goals: float32 [B, *goal_shape], a fresh array; relabeled: bool [B].
         """
-        u = rng.random((3 if self.strategy == "mixed" else 2, len(slots)))
+        ...
+
+
+class RelabelStrategy(str, Enum):
+    """The built-in strategies by name (``HerReplayBuffer(strategy=...)``, ``replay.strategy``)."""
+
+    FUTURE = "future"
+    FINAL = "final"
+    EPISODE = "episode"
+    MIXED = "mixed"
+
+
+STRATEGIES = tuple(s.value for s in RelabelStrategy)
+
+
+def _check_k(n_sampled_goal: object) -> int:
+    if (isinstance(n_sampled_goal, bool) or not isinstance(n_sampled_goal, (int, float, np.integer, np.floating))
+            or int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0):
+        raise ValueError(f"n_sampled_goal (k) must be an integer >= 0, got {n_sampled_goal!r}")
+    return int(n_sampled_goal)
+
+
+class HindsightRelabeler:
+    """Base of the achieved-goal strategies: relabel with probability ``k / (k + 1)``, the goal being the achieved
+    goal at the slot :meth:`goal_slots` picks.
+
+    Args:
+        n_sampled_goal: k >= 0; the relabel probability is ``k / (k + 1)`` (k = 4 gives 0.8). k = 0 disables.
+
+    Raises:
+        ValueError: a negative or non-integer k.
+    """
+
+    strategy: ClassVar[str]
+
+    def __init__(self, n_sampled_goal: int = 4) -> None:
+        self.n_sampled_goal = _check_k(n_sampled_goal)
+        self.relabel_probability = self.n_sampled_goal / (self.n_sampled_goal + 1)
+
+    def goal_slots(self, slots: np.ndarray, records: np.ndarray, u: np.ndarray, next_slots: np.ndarray) -> np.ndarray:
+        """int64 [B]: slots (before the ring's modulo) of the achieved goals to use; ``u`` float64 [B] uniform in
+        [0, 1), ``next_slots`` = ``slots + 1``."""
+        raise NotImplementedError
+
+    def relabel(self, storage: EpisodeStorage, slots: np.ndarray, records: np.ndarray, rng: np.random.Generator,
+                next_slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """See :class:`Relabeler`; ``next_slots`` (``slots + 1``) may be passed if the caller has it."""
+        u = rng.random((2, len(slots)))
         relabeled = u[0] < self.relabel_probability
-        t, T = records["step"], records["length"]
         nxt = slots + 1 if next_slots is None else next_slots
-        # goal_slot = slot of ag_{t'} = slots + 1 + (t' - t - 1); take(mode="wrap") applies the ring's modulo
-        if self.strategy in ("future", "mixed"):
-            goal_slot = (u[1] * (T - t)).astype(np.int64)  # t' - t - 1 uniform in {0..T-t-1}
-            goal_slot += nxt
-        elif self.strategy == "final":
-            goal_slot = slots + (T - t)
-        else:
-            goal_slot = (u[1] * T).astype(np.int64)  # t' - 1 uniform in {0..T-1}
-            goal_slot += nxt
-            goal_slot -= t
+        goal_slot = self.goal_slots(slots, records, u[1], nxt)
         mask = relabeled[(slice(None),) + (None,) * len(storage.goal_shape)]  # [B, 1, ...]: broadcasts over goals
+        # take(mode="wrap") applies the ring's modulo; np.where returns a fresh array
         goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0, mode="wrap"), records["desired_goal"])
-        if self.strategy == "mixed":
-            other = np.flatnonzero(relabeled & (u[2] < self.other_desired_fraction))
-            if other.size:  # desired goals of live states, uniform (the live states are contiguous in the ring)
-                draw = (rng.random(other.size) * storage.n_live_states).astype(np.int64)
-                draw += storage.oldest_slot
-                goals[other] = storage.desired_goal.take(draw, axis=0, mode="wrap")
         return goals, relabeled
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_sampled_goal={self.n_sampled_goal})"
+
+
+class FutureGoals(HindsightRelabeler):
+    """``future``: ``ag_{t'}``, ``t'`` uniform in ``{t+1..T}`` (HER paper Sec. 4.5, the strategy it recommends)."""
+
+    strategy = "future"
+
+    def goal_slots(self, slots, records, u, next_slots):
+        goal_slot = (u * (records["length"] - records["step"])).astype(np.int64)  # t' - t - 1 in {0..T-t-1}
+        goal_slot += next_slots
+        return goal_slot
+
+
+class FinalGoal(HindsightRelabeler):
+    """``final``: ``ag_T``, the episode's last achieved goal (HER paper Sec. 3.3)."""
+
+    strategy = "final"
+
+    def goal_slots(self, slots, records, u, next_slots):
+        return slots + (records["length"] - records["step"])
+
+
+class EpisodeGoals(HindsightRelabeler):
+    """``episode``: ``ag_{t'}``, ``t'`` uniform in ``{1..T}`` (HER paper Sec. 4.5)."""
+
+    strategy = "episode"
+
+    def goal_slots(self, slots, records, u, next_slots):
+        goal_slot = (u * records["length"]).astype(np.int64)  # t' - 1 in {0..T-1}
+        goal_slot += next_slots
+        goal_slot -= records["step"]
+        return goal_slot
+
+
+class MixedGoals(FutureGoals):
+    """``mixed``: future goals and, for a share ``other_desired_fraction`` of the relabeled transitions, the desired
+    goal of a stored state drawn uniformly over the live states (mrl's "futureactual"; see the module docstring).
+
+    Args:
+        n_sampled_goal: k >= 0 (relabel probability k / (k + 1)).
+        other_desired_fraction: f in [0, 1], the share of relabeled goals drawn from stored desired goals.
+
+    Raises:
+        ValueError: a bad k, or f not a number in [0, 1].
+    """
+
+    strategy = "mixed"
+
+    def __init__(self, n_sampled_goal: int = 4, other_desired_fraction: float = 0.5) -> None:
+        super().__init__(n_sampled_goal)
+        f = other_desired_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float, np.number)) or not 0.0 <= float(f) <= 1.0:
+            raise ValueError(f"other_desired_fraction must be a number in [0, 1], got {f!r}")
+        self.other_desired_fraction = float(f)
+
+    def relabel(self, storage, slots, records, rng, next_slots=None):
+        goals, relabeled = super().relabel(storage, slots, records, rng, next_slots)
+        other = np.flatnonzero(relabeled & (rng.random(len(slots)) < self.other_desired_fraction))
+        if other.size:  # desired goals of live states, uniform (the live states are contiguous in the ring)
+            draw = (rng.random(other.size) * storage.n_live_states).astype(np.int64)
+            draw += storage.oldest_slot
+            draw %= storage.n_slots
+            # indexing, not take(): desired_goal is a strided field of the records, which take() would first
+            # copy whole into a contiguous array
+            goals[other] = storage.desired_goal[draw]
+        return goals, relabeled
+
+    def __repr__(self) -> str:
+        return f"MixedGoals(n_sampled_goal={self.n_sampled_goal}, other_desired_fraction={self.other_desired_fraction})"
+
+
+class NoRelabel:
+    """Keep every stored desired goal (plain replay of a goal-conditioned task)."""
+
+    n_sampled_goal = 0
+    relabel_probability = 0.0
+
+    def relabel(self, storage, slots, records, rng, next_slots=None):
+        return records["desired_goal"].copy(), np.zeros(len(slots), bool)
+
+
+_CLASSES: dict[str, type[HindsightRelabeler]] = {
+    c.strategy: c for c in (FutureGoals, FinalGoal, EpisodeGoals, MixedGoals)
+}
+
+
+def make_relabeler(strategy: str | RelabelStrategy = "future", n_sampled_goal: int = 4,
+                   other_desired_fraction: float = 0.5) -> HindsightRelabeler:
+    """The built-in relabeler of a strategy name: ``make_relabeler("future", 4)`` is ``FutureGoals(4)``.
+
+    Args:
+        strategy: a :class:`RelabelStrategy` or its value: "future", "final", "episode" or "mixed".
+        n_sampled_goal: k >= 0.
+        other_desired_fraction: strategy "mixed" only (see :class:`MixedGoals`).
+
+    Raises:
+        ValueError: unknown strategy, bad k or fraction.
+    """
+    name = strategy.value if isinstance(strategy, RelabelStrategy) else strategy
+    if name not in _CLASSES:
+        raise ValueError(f"relabel strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if name == "mixed":
+        return MixedGoals(n_sampled_goal, other_desired_fraction)
+    return _CLASSES[name](n_sampled_goal)
+
+
+GoalRelabeler = make_relabeler
+"""The name earlier versions exported: ``GoalRelabeler(strategy, n_sampled_goal)`` = :func:`make_relabeler`."""

@@ -1,8 +1,9 @@
-"""Transition samplers: which transitions are drawn.
+"""Transition samplers: which transitions are drawn. Semantics: ``docs/semantics.md``.
 
 A sampler returns slots of stored transitions and their importance-sampling weights. ``UniformSampler`` draws
 uniformly over all stored transitions; ``PrioritizedSampler`` draws in proportion to priorities (Schaul et al.
-2016, "Prioritized Experience Replay", Sec. 3.3 and 3.4).
+2016, "Prioritized Experience Replay", Sec. 3.3 and 3.4). Any object with the :class:`Sampler` methods plugs
+into ``HerReplayBuffer``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,34 @@ import math
 
 import numpy as np
 
+from typing import Protocol, runtime_checkable
+
 from ._util import filled
 from .storage import EpisodeStorage
 from .trees import SumTree
 
-__all__ = ["PrioritizedSampler", "UniformSampler"]
+__all__ = ["PrioritizedSampler", "Sampler", "UniformSampler"]
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Which stored transitions a batch holds, and their importance-sampling weights."""
+
+    storage: EpisodeStorage
+    prioritized: bool
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(slots int64 [B], weights float32 [B])`` of ``batch_size`` stored transitions (slots where
+        ``storage.is_transition``). Raises ValueError when nothing is sampleable."""
+        ...
+
+    def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
+        """TD errors of the trained batch (a no-op for non-prioritized samplers)."""
+        ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 class UniformSampler:
@@ -30,12 +54,11 @@ class UniformSampler:
     def __init__(self, storage: EpisodeStorage) -> None:
         self.storage = storage
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``batch_size`` transition slots.
 
         Returns:
-            slots: int64 [B]; weights: float32 [B] of ones; records: the storage records of the slots (the
-            draw had to read them, so the buffer reuses them).
+            slots: int64 [B]; weights: float32 [B] of ones.
         Raises:
             ValueError: no complete episode is stored yet.
         """
@@ -52,7 +75,7 @@ class UniformSampler:
         while len(slots) < batch_size:
             slots = np.concatenate([slots, self._accepted(batch_size - len(slots), rng)])
         slots = slots[:batch_size]
-        return slots, filled(batch_size, 1.0, "float32"), st.data.take(slots)
+        return slots, filled(batch_size, 1.0, "float32")
 
     def _accepted(self, need: int, rng: np.random.Generator) -> np.ndarray:
         st = self.storage
@@ -61,7 +84,7 @@ class UniformSampler:
         extra = 3.0 * math.sqrt(need * (1.0 - accept)) / accept + 8.0  # 3 sigma of the rejected count, and some
         cand = (rng.random(int(need / accept + extra)) * n_live).astype(np.int64)
         cand += base
-        if base + n_live > st.n_slots:  # st.wraps, inlined: two property calls cost ~1 us here
+        if base + n_live > st.n_slots:  # st.wraps, inlined: property calls are a visible share of this call
             cand %= st.n_slots
         return cand[st.sampleable.take(cand)]
 
@@ -189,11 +212,11 @@ class PrioritizedSampler:
         """Stored priorities ``p_i`` of the given slots, float64."""
         return self.sum_tree[slots]
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``batch_size`` slots, stratified over the priority mass, with IS weights.
 
         Returns:
-            slots: int64 [B]; weights: float32 [B] in (0, 1]; records: the storage records of the slots.
+            slots: int64 [B]; weights: float32 [B] in (0, 1].
         Raises:
             ValueError: no complete episode is stored yet.
         """
@@ -207,7 +230,7 @@ class PrioritizedSampler:
         slots, p = self.sum_tree.find(masses, return_values=True)
         weights = (p / self.sum_tree.min_positive) ** (-self.beta)
         self.n_samples += 1
-        return slots, weights.astype(np.float32), self.storage.data.take(slots)
+        return slots, weights.astype(np.float32)
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
         """Set ``p_i = (|delta_i| + eps) ** alpha`` for the sampled slots.

@@ -22,7 +22,9 @@ Semantics of ``add(obs, next_obs, action, reward, done, infos)`` (SB3's call):
   ``handle_timeout_termination=False`` every end is a termination, as in SB3).
 - SB3's VecEnvs reset automatically: for a done env ``next_obs[i]`` is already the *reset* observation and the
   real last state is ``infos[i]["terminal_observation"]``. The buffer stores the latter (SB3's
-  ``_store_transition`` already substitutes it; the buffer does it too, so raw VecEnv output is fine).
+  ``_store_transition`` already substitutes it; the buffer does it too, so raw VecEnv output is fine). Under
+  ``VecNormalize`` that terminal observation is normalized: the buffer un-normalizes it, as SB3's own buffers
+  do, so everything stored is raw and normalized at sample time.
 - Steps are staged per env and stored when their episode ends: only complete episodes are sampled, so
   ``learning_starts`` must cover at least one whole episode. If an env is reset outside an episode end (a new
   ``learn()`` call), the unfinished episode is dropped instead of being glued to the next one.
@@ -42,6 +44,26 @@ What ``sample`` returns (``DictReplayBufferSamples``):
   whose ``ReplayBufferSamples`` have a ``discounts`` field (2.9.2 tested). Older SB3 versions have no such
   field, and the buffer refuses ``n_step > 1`` there. ``gamma`` must then be passed and equal the algorithm's
   ``gamma`` (the buffer cannot read it).
+
+Supported envs and wrappers:
+
+- observations: ``observation``, ``achieved_goal`` and ``desired_goal`` Boxes of any shape (images too, e.g.
+  ``BitFlippingEnv(image_obs_space=True)``); they are stored as float32, so an image policy's ``/ 255``
+  preprocessing sees the same values as with uint8 storage.
+- VecEnvs: ``DummyVecEnv`` (``compute_reward`` called in-process) and ``SubprocVecEnv`` (called on env 0
+  through ``env_method``: each batch's goals and info travel to the worker process).
+- VecEnv wrappers: ``VecNormalize`` (raw storage, normalization at sample time, see above), ``VecMonitor``,
+  ``VecCheckNan``, ``VecVideoRecorder`` and others that leave the goal entries as the env made them. Not
+  supported: wrappers that change the goal entries, such as ``VecFrameStack`` (stacked goals) or
+  ``VecTransposeImage`` on multi-channel image goals (transposed goals): ``compute_reward`` would receive goals
+  in a layout the env does not know.
+- gymnasium wrappers inside the envs (``TimeLimit``, ``Monitor``, ...): any; ``compute_reward`` is taken from
+  ``unwrapped``.
+
+``compute_reward`` is checked at set-up to be vectorized (``her.check_compute_reward``) where it can be called:
+an env whose ``compute_reward`` needs a first ``reset`` (``BitFlippingEnv(image_obs_space=True)``), and any env
+behind ``SubprocVecEnv`` (a call that raises would end its worker), are checked at the first real sample instead,
+where every batch's reward shape is checked.
 
 Prioritized replay (``prioritized=True``): SB3's stock ``train()`` neither weights its loss with importance
 sampling weights nor returns TD errors to the buffer, so prioritized sampling with it would be a biased, never
@@ -64,6 +86,7 @@ try:
     from stable_baselines3.common.buffers import BaseBuffer
     from stable_baselines3.common.preprocessing import get_action_dim
     from stable_baselines3.common.type_aliases import DictReplayBufferSamples
+    from stable_baselines3.common.vec_env import unwrap_vec_normalize
     from stable_baselines3.her.her_replay_buffer import HerReplayBuffer as _SB3HerReplayBuffer
 except ImportError as exc:  # pragma: no cover - exercised only without SB3
     raise ImportError(
@@ -101,6 +124,11 @@ def compute_reward_from_env(env: Any) -> Any:
     return compute_reward
 
 
+def _not_callable_yet(achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> np.ndarray:
+    """Stands for a ``compute_reward`` that must not be probed at set-up (see the module docstring)."""
+    raise RuntimeError("compute_reward is checked at the first real sample")
+
+
 def _max_episode_steps(env: Any) -> int | None:
     try:
         spec = _unwrap_vec_env(env).get_attr("spec", indices=[0])[0]
@@ -135,6 +163,8 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         max_episode_steps: usual episode length; default: the env's spec, else 50 (longer episodes still fit).
         info_keys: ``{key: shape}`` of ``infos[i][key]`` to store and pass to ``compute_reward`` as
             ``info={key: [N, *shape]}`` (default none: ``info=None``; Fetch envs ignore it).
+        copy_info_dict: accepted for compatibility with SB3's ``HerReplayBuffer``; info reaches
+            ``compute_reward`` through ``info_keys`` (the named entries, batched), not as copies of whole dicts.
         seed: seed of the sampler's numpy Generator; default: drawn from ``np.random`` (which SB3 seeds).
 
     Raises:
@@ -167,6 +197,7 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         compute_reward: Any = None,
         max_episode_steps: int | None = None,
         info_keys: Mapping[str, tuple[int, ...]] | None = None,
+        copy_info_dict: bool = False,
         seed: int | None = None,
     ) -> None:
         # SB3's BaseBuffer only: none of DictReplayBuffer's / HerReplayBuffer's arrays are allocated.
@@ -213,9 +244,13 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         reward_fn = self._resolve_compute_reward()
         if seed is None:
             seed = int(np.random.randint(2**31 - 1))  # follows SB3's set_random_seed
-        self.her = HerReplayBuffer(self.storage, reward_fn, strategy=strategy, n_sampled_goal=self.n_sampled_goal,
-                                   n_step=self.n_step, gamma=0.99 if gamma is None else gamma, sampler=sampler,
-                                   seed=seed)
+        # A probe through SubprocVecEnv.env_method that raises (an env not yet reset) ends the worker: probe
+        # in-process functions only; the others are checked by the first real sample.
+        in_process = compute_reward is not None or bool(getattr(_unwrap_vec_env(env), "envs", None))
+        self.her = HerReplayBuffer(self.storage, reward_fn if in_process else _not_callable_yet,
+                                   strategy=strategy, n_sampled_goal=self.n_sampled_goal, n_step=self.n_step,
+                                   gamma=0.99 if gamma is None else gamma, sampler=sampler, seed=seed)
+        self.her.compute_reward = reward_fn
         self._last_next: dict[str, np.ndarray] | None = None  # per env: the last next state staged
         self._awaiting_priorities = False
         self.last_index: np.ndarray | None = None
@@ -279,9 +314,12 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         obs = {k: np.asarray(obs[k], np.float32).reshape(n, *self.storage_shape(k)) for k in GOAL_KEYS}
         nxt = {k: np.array(next_obs[k], np.float32).reshape(n, *self.storage_shape(k)) for k in GOAL_KEYS}
         done = np.asarray(done, bool).reshape(n)
+        vec_normalize = unwrap_vec_normalize(self.env) if self.env is not None and done.any() else None
         for i in np.flatnonzero(done):  # VecEnv autoreset: the real last state
             term_obs = infos[i].get("terminal_observation")
             if term_obs is not None:
+                if vec_normalize is not None:  # VecNormalize normalized it in place: store it raw, as SB3 does
+                    term_obs = vec_normalize.unnormalize_obs(term_obs)
                 for k in GOAL_KEYS:
                     nxt[k][i] = np.asarray(term_obs[k], np.float32).reshape(self.storage_shape(k))
         if self.handle_timeout_termination:

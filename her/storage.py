@@ -192,6 +192,13 @@ class EpisodeStorage:
     def n_live_states(self) -> int:
         return self._n_live_states
 
+    def gather(self, slots: np.ndarray) -> np.ndarray:
+        """The records of ``slots`` (int [B], modulo the ring): a structured array [B] with the fields
+        ``observation``, ``action``, ``reward``, ``terminated``, ``step``, ``length``, ``episode_terminated``,
+        ``achieved_goal``, ``desired_goal``, ``next_achieved_goal`` (goal storages) and ``info.<key>``, one
+        gather for all of them."""
+        return self.data.take(slots, mode="wrap")
+
     def is_transition(self, slots: np.ndarray) -> np.ndarray:
         """True where a slot holds a sampleable transition (live episode, not its last state)."""
         return self.sampleable[slots]

@@ -1,6 +1,6 @@
 """Shared helpers for the ``her`` tests: a "tag" goal env driven step by step into an ``EpisodeStorage``, tag
 reward/success functions, and a brute-force reference (ring model, goal distributions, n-step returns) written
-from the ARCHITECTURE.md "Semantics" section, independently of ``her``'s internals.
+from docs/semantics.md, independently of ``her``'s internals.
 
 Tag episodes: the achieved goal of step ``k`` of episode ``e`` is ``(e, k)``, the desired goal ``(-1, -1)``,
 the observation ``(e, k, env)`` and the action of transition ``t`` is ``(e, t)``, so every sampled array says

@@ -267,7 +267,7 @@ def test_zero_td_error_keeps_an_item_sampleable():
     p = sampler.priorities(slots)
     np.testing.assert_allclose(p, sampler.eps**0.6)
     assert (p > 0).all()
-    drawn, w, _ = sampler.sample(5000, np.random.default_rng(0))
+    drawn, w = sampler.sample(5000, np.random.default_rng(0))
     assert set(drawn.tolist()) == set(slots)
     np.testing.assert_allclose(w, 1.0)
 
@@ -278,7 +278,7 @@ def test_is_weights_are_finite_in_0_1_with_100_of_1000_slots_filled():
     slots = np.array(add_items(storage, range(100)))
     td = np.random.default_rng(1).exponential(size=100)
     sampler.update_priorities(slots, td)
-    drawn, w, _ = sampler.sample(20_000, np.random.default_rng(2))
+    drawn, w = sampler.sample(20_000, np.random.default_rng(2))
     assert np.isfinite(w).all() and (w > 0).all() and (w <= 1).all()
     p = (np.abs(td) + sampler.eps) ** 0.6
     # the largest possible weight is 1 (the lowest-priority item's); drawn weights are the by-hand ones
@@ -323,7 +323,7 @@ def test_sampling_frequencies_match_priorities_by_chi_square(capacity, branching
     counts = np.zeros(storage.n_slots)
     n_batches, B = 400, 256
     for _ in range(n_batches):
-        drawn, _, _rec = sampler.sample(B, rng)
+        drawn, _ = sampler.sample(B, rng)
         assert storage.is_transition(drawn).all()
         counts += np.bincount(drawn, minlength=storage.n_slots)
     expected = p / p.sum() * n_batches * B
@@ -344,7 +344,7 @@ def test_is_weights_equal_n_p_to_minus_beta_over_the_buffer_max(beta0):
     P = p / p.sum()
     w_all = (N * P) ** (-beta0)
     w_by_slot = dict(zip(live.tolist(), (w_all / w_all.max()).tolist()))
-    drawn, w, _ = sampler.sample(1000, rng)
+    drawn, w = sampler.sample(1000, rng)
     np.testing.assert_allclose(w, [w_by_slot[s] for s in drawn.tolist()], rtol=1e-5)
     assert w.dtype == np.float32 and (w <= 1).all() and (w > 0).all()
 
@@ -358,7 +358,7 @@ def test_beta_anneals_linearly_to_one():
     for i in range(15):
         expected_beta = 0.4 + 0.6 * min(i, 10) / 10
         assert sampler.beta == pytest.approx(expected_beta)
-        drawn, w, _ = sampler.sample(64, rng)
+        drawn, w = sampler.sample(64, rng)
         p = sampler.priorities(drawn)
         np.testing.assert_allclose(w, (p / sampler.min_priority) ** -expected_beta, rtol=1e-6)
     assert sampler.beta == 1.0
@@ -405,7 +405,7 @@ def test_overwritten_transitions_lose_their_priorities():
     new = live[-8:]  # the two new episodes: the max priority seen
     np.testing.assert_allclose(sampler.priorities(new), sampler.max_priority)
     assert sampler.sum_tree.total == pytest.approx(sampler.priorities(live).sum())
-    drawn, _w, _ = sampler.sample(4000, np.random.default_rng(0))
+    drawn, _w = sampler.sample(4000, np.random.default_rng(0))
     assert storage.is_transition(drawn).all()
     assert set(storage.observation[drawn, 0].astype(int).tolist()) == {2, 3, 4}
     # a stale update of an overwritten slot is ignored
@@ -423,7 +423,7 @@ def test_priority_mass_always_sits_exactly_on_live_transitions(capacity, lengths
     for T in lengths:
         add_tag_episode(storage, run, T)
         live = storage.transition_slots()
-        drawn, _w, _ = sampler.sample(16, rng)
+        drawn, _w = sampler.sample(16, rng)
         sampler.update_priorities(drawn, rng.normal(size=16))
         mask = np.zeros(storage.n_slots, bool)
         mask[live] = True

@@ -1,0 +1,111 @@
+"""The replay's pieces plug in from outside: a relabeler and a returns class defined here, the shorthands
+resolved in one place, the built-in classes by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import DESIRED, TagEnvs, make_tag_storage, reference_live, tag_reward
+
+import her
+
+
+class OppositeGoal:
+    """A user's goal-selection rule: always relabel, with the achieved goal of the state *before* t (t = 0:
+    its own state), so it is none of the built-in strategies."""
+
+    def relabel(self, storage, slots, records, rng):
+        back = np.where(records["step"] > 0, slots - 1, slots)
+        return storage.achieved_goal[back % storage.n_slots].copy(), np.ones(len(slots), bool)
+
+
+class TwoStepNoDiscount:
+    """A user's return: ``r_t + r_{t+1}`` (the episode permitting), bootstrap from ``s_{t+m}`` with discount 1."""
+
+    gamma = 1.0
+
+    def build(self, storage, slots, records, goals, compute_reward):
+        m = np.minimum(2, records["length"] - records["step"]).astype(np.int64)
+        r = np.zeros(len(slots), np.float32)
+        for j in range(2):
+            rec = storage.gather(slots + j)
+            info = {k: rec["info." + k] for k in storage.info_shapes}
+            r += np.where(j < m, compute_reward(storage.achieved_goal[(slots + j + 1) % storage.n_slots], goals,
+                                                info), 0.0).astype(np.float32)
+        return her.ReturnBatch(r, np.ones(len(slots), np.float32), np.zeros(len(slots), bool), slots + m, m)
+
+
+def _storage():
+    storage = make_tag_storage(80, n_envs=2, max_episode_steps=6)
+    run = TagEnvs(storage, [[(6, False), (3, False)], [(5, False)]]).step(40)
+    return storage, run, reference_live(run, storage.n_slots)
+
+
+def test_a_relabeler_and_a_returns_class_of_the_users_own_plug_in():
+    storage, run, live = _storage()
+    assert isinstance(OppositeGoal(), her.Relabeler) and isinstance(TwoStepNoDiscount(), her.Returns)
+    buf = her.HerReplayBuffer(storage, tag_reward, relabeler=OppositeGoal(), returns=TwoStepNoDiscount(), seed=0)
+    b = buf.sample(2000)
+    e, t = b.observation[:, 0].astype(int), b.observation[:, 1].astype(int)
+    assert set(e.tolist()) <= set(live)
+    np.testing.assert_array_equal(b.desired_goal, np.stack([e, np.maximum(t - 1, 0)], 1))  # the user's goals
+    assert b.relabeled.all()
+    L = np.array([run.episodes[i].length for i in e])
+    m = np.minimum(2, L - t)
+    np.testing.assert_array_equal(b.n_steps, m)
+    np.testing.assert_array_equal(b.next_observation[:, :2], np.stack([e, t + m], 1))  # bootstrap state s_{t+m}
+    want = sum(np.where(j < m, tag_reward(np.stack([e, t + j + 1], 1).astype(np.float32), b.desired_goal,
+                                          {"w": np.array([[run.episodes[i].info(s + j)] for i, s in zip(e, t)],
+                                                         np.float32)}), 0.0) for j in range(2))
+    np.testing.assert_allclose(b.reward, want, rtol=1e-6)
+    assert (b.discount == 1.0).all() and buf.gamma == 1.0 and buf.n_step == 1
+    # a prioritized sampler composes with them
+    sampler = her.PrioritizedSampler(storage)
+    buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, relabeler=OppositeGoal(),
+                              returns=TwoStepNoDiscount(), seed=1)
+    b = buf.sample(500)
+    buf.update_priorities(b.index, np.abs(b.reward))
+    assert (b.weight > 0).all() and (b.weight <= 1).all()
+
+
+def test_shorthands_build_the_named_classes():
+    storage, _, _ = _storage()
+    buf = her.HerReplayBuffer(storage, tag_reward, strategy="mixed", n_sampled_goal=2, other_desired_fraction=0.3,
+                              n_step=3, gamma=0.9)
+    assert isinstance(buf.relabeler, her.MixedGoals) and buf.relabeler.other_desired_fraction == 0.3
+    assert buf.relabeler.relabel_probability == 2 / 3
+    assert isinstance(buf.returns, her.NStepReturn) and (buf.n_step, buf.gamma) == (3, 0.9)
+    assert isinstance(buf.sampler, her.UniformSampler)
+    for name, cls in [("future", her.FutureGoals), ("final", her.FinalGoal), ("episode", her.EpisodeGoals)]:
+        assert type(her.make_relabeler(name)) is cls and type(her.make_relabeler(her.RelabelStrategy(name))) is cls
+    assert isinstance(her.HerReplayBuffer(storage, tag_reward).returns, her.OneStepReturn)
+    assert her.STRATEGIES == tuple(s.value for s in her.RelabelStrategy)
+
+
+def test_no_relabel_keeps_every_stored_goal():
+    storage, _, _ = _storage()
+    b = her.HerReplayBuffer(storage, tag_reward, relabeler=her.NoRelabel(), seed=0).sample(1000)
+    assert not b.relabeled.any() and (b.desired_goal == DESIRED).all()
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"relabeler": OppositeGoal(), "strategy": "final"}, "pass relabeler= or its shorthand strategy, not both"),
+    ({"relabeler": OppositeGoal(), "n_sampled_goal": 2}, "pass relabeler= or its shorthand n_sampled_goal"),
+    ({"returns": TwoStepNoDiscount(), "n_step": 3}, "pass returns= or its shorthand n_step, not both"),
+    ({"returns": TwoStepNoDiscount(), "gamma": 0.5}, "pass returns= or its shorthand gamma, not both"),
+    ({"relabeler": object()}, "relabeler must have a relabel"),
+    ({"returns": 3}, "returns must have a build"),
+    ({"n_step": 0}, "n_step must be an integer >= 1, got 0"),
+    ({"gamma": 1.5}, r"gamma must be in \(0, 1\], got 1.5"),
+])
+def test_inconsistent_pieces_are_refused_with_a_clear_message(kw, match):
+    storage, _, _ = _storage()
+    with pytest.raises((ValueError, TypeError), match=match):
+        her.HerReplayBuffer(storage, tag_reward, **kw)
+
+
+def test_a_relabeler_for_a_goal_free_storage_is_refused():
+    storage = her.EpisodeStorage(50, (2,), (1,))
+    with pytest.raises(ValueError, match="a relabeler needs a goal storage"):
+        her.HerReplayBuffer(storage, relabeler=OppositeGoal())
+    assert her.HerReplayBuffer(storage).relabeler is None
