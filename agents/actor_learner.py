@@ -48,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
+from agents.base import q_clip_for_env
 from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
 from agents.distributed import (
     _flat_config,
@@ -67,6 +68,14 @@ LEARNER = "learner"
 # Per-process state the RPC targets read (each process sets its own before init_rpc).
 _CONFIG: dict[str, Any] = {}
 _LEARNER_STATE: _LearnerState | None = None
+
+
+def _q_clip(agent_kwargs: dict[str, Any], spec: Any, cfg: DictConfig) -> tuple[Any, Any]:
+    """``(q_clip, reward_guard)`` as in ``train``: ``agent.q_clip`` checked against the env's rewards, or derived
+    from them when unset; then the env's reward range, which its rewards must keep to (``collect_step``)."""
+    configured = {"configured": agent_kwargs["q_clip"]} if "q_clip" in agent_kwargs else {}
+    return (q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured),
+            None if configured else spec.reward_range)
 
 
 def _worker_name(rank: int) -> str:
@@ -162,6 +171,7 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
     run_dir.mkdir(parents=True, exist_ok=True)
     agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
     agent_kwargs.setdefault("seed", t_cfg.seed)
+    agent_kwargs["q_clip"], _ = _q_clip(agent_kwargs, spec, cfg)
     agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
                        device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
     # the learner's storage receives whole episodes only (add_episode): one staging env is enough
@@ -233,6 +243,7 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
         steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
         if cfg.log.checkpoint:
             _checkpoint(run_dir, cfg, agent, replay, counters, np.random.default_rng(t_cfg.seed), logger.run_id)
+            logger.checkpointed()  # W&B gets the row once the checkpoint covers it
 
     try:
         while True:
@@ -251,8 +262,8 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
                 break
         st.publish(agent)
         do_eval()
-    except BaseException:
-        logger.finish()
+    except BaseException as exc:
+        logger.finish("interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed", exc)
         eval_env.close()
         rpc.shutdown(graceful=False)
         raise
@@ -293,11 +304,12 @@ def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
     n_envs = cfg.env.n_envs
     agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
     agent_kwargs["seed"] = seed  # own exploration noise
+    agent_kwargs["q_clip"], reward_guard = _q_clip(agent_kwargs, spec, cfg)  # refused on every rank alike
     agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
                        device="cpu", n_threads=t_cfg.torch_threads, **agent_kwargs)
     max_T = spec.max_episode_steps or 50
     staging = her.EpisodeStorage(4 * max_T * n_envs, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
-                                 max_episode_steps=max_T, n_envs=n_envs, info_shapes={k: () for k in spec.info_keys})
+                                 max_episode_steps=max_T, n_envs=n_envs, info_shapes=dict(spec.info_shapes))
     env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=seed * 1000)
     rng = np.random.default_rng(seed)
     warmup = math.ceil(t_cfg.warmup_steps / max(1, world - 1))
@@ -319,7 +331,7 @@ def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
         obs, _ = env.reset(seed=seed * 1000)
         while not stop:
             action = choose_action(agent, obs, spec, n_envs, steps < warmup, rng)
-            obs, step, stored = collect_step(env, obs, action, staging, spec.info_keys)
+            obs, step, stored = collect_step(env, obs, action, staging, spec.info_shapes, reward_guard, cfg.env.id)
             steps += n_envs
             if stored:
                 success = step.is_success[np.flatnonzero(step.done)]

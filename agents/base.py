@@ -71,8 +71,9 @@ class AgentConfig:
     automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
     cycle of 40 updates)."""
     q_clip: tuple[float, float] | None = (-50.0, 0.0)
-    """Clip the TD target to ``[low, high]``: ``[-1/(1-gamma), 0]`` for -1/0 rewards (gamma 0.98 -> -50).
-    None disables."""
+    """Clip the TD target to ``[low, high]`` (a side may be infinite): ``[-1/(1-gamma), 0]`` for -1/0 rewards
+    (gamma 0.98 -> -50). None disables. The training loop, when ``agent.q_clip`` is not configured, sets it from
+    the env's reward range (:func:`q_clip_for_env`); this default is for agents built directly."""
     noise_std: float = 0.2
     """Std of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
     random_eps: float = 0.3
@@ -144,6 +145,66 @@ def clip_q(y: torch.Tensor, q_clip: tuple[float, float] | None) -> torch.Tensor:
     if q_clip is None:
         return y
     return y.clamp(q_clip[0], q_clip[1])
+
+
+def td_target_bounds(reward_range: tuple[float, float] | None, gamma: float) -> tuple[float, float] | None:
+    """Bounds of every discounted return ``sum_{j<m} gamma^j r_j`` (``1 <= m <= inf``) for rewards in
+    ``reward_range = (r_min, r_max)``, so of Q and of every TD target that bootstraps from a bounded Q.
+
+    ``low = r_min / (1 - gamma)`` if ``r_min < 0`` else ``r_min``; ``high = r_max / (1 - gamma)`` if
+    ``r_max > 0`` else ``r_max`` (an infinite side where gamma is 1 or the reward unbounded). -1/0 rewards give
+    ``[-1/(1-gamma), 0]``, 0/1 rewards ``[0, 1/(1-gamma)]``. Returns None when ``reward_range`` is None or both
+    sides are infinite; finite bounds are rounded to float32 (the TD targets' dtype).
+    """
+    if reward_range is None:
+        return None
+    r_min, r_max = (float(v) for v in reward_range)
+    scale = np.inf if gamma >= 1.0 else 1.0 / (1.0 - float(gamma))
+
+    def bound(r: float, outward: bool) -> float:
+        b = r * scale if outward and r != 0 else r
+        return float(np.float32(b)) if np.isfinite(b) else b
+
+    low, high = bound(r_min, r_min < 0), bound(r_max, r_max > 0)
+    if not (np.isfinite(low) or np.isfinite(high)):
+        return None
+    return low, high
+
+
+_UNSET = object()
+
+
+def q_clip_for_env(reward_range: tuple[float, float] | None, gamma: float, env_id: str,
+                   configured: Any = _UNSET) -> tuple[float, float] | None:
+    """The TD-target clip for an env: ``configured`` (``agent.q_clip``) when given, else
+    :func:`td_target_bounds` of the env's ``reward_range``.
+
+    Args:
+        reward_range: ``GoalEnvSpec.reward_range`` (``(low, high)``, a side may be infinite, or None).
+        gamma: the discount.
+        env_id: named in the error message.
+        configured: ``[low, high]``, or None (no clip); omitted: derive from ``reward_range``.
+
+    Raises:
+        ValueError: ``configured`` excludes a reward the env can give (a finite side of ``reward_range``
+            outside ``[low, high]``): such a clip would hold Q away from the values it must learn.
+    """
+    derived = td_target_bounds(reward_range, gamma)
+    if configured is _UNSET:
+        return derived
+    if configured is None:
+        return None
+    low, high = (float(v) for v in configured)
+    if reward_range is not None:
+        r_min, r_max = (float(v) for v in reward_range)
+        if (np.isfinite(r_min) and r_min < low) or (np.isfinite(r_max) and r_max > high):
+            hint = f"[{derived[0]}, {derived[1]}]" if derived is not None else "null"
+            raise ValueError(
+                f"agent.q_clip must contain the rewards of {env_id} (reward range [{r_min}, {r_max}]), "
+                f"got [{low}, {high}]; use {hint} (the bound for gamma {gamma}), or leave agent.q_clip unset to "
+                "derive it from the env"
+            )
+    return low, high
 
 
 def td_target(

@@ -66,13 +66,24 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (a run directory's ``checkpoint.pt`` is tried too).
+        ValueError: the file is truncated, corrupt or not a her-robotics checkpoint (one line).
     """
     path = Path(path)
     if path.is_dir():
         path = path / "checkpoint.pt"
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as exc:  # torch raises RuntimeError, EOFError, pickle errors... for a damaged file
+        raise ValueError(f"checkpoint {path} cannot be read: expected a complete her-robotics checkpoint, got a "
+                         f"truncated or corrupt file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+                         ) from None
+    if not isinstance(state, dict) or not {"config", "agent", "counters"} <= set(state):
+        raise ValueError(f"checkpoint {path}: expected a her-robotics checkpoint (keys config, agent, counters), "
+                         f"got {type(state).__name__}" + (f" with keys {sorted(state)[:8]}" if isinstance(state, dict)
+                                                          else ""))
+    return state
 
 
 def save_run_state(run_dir: str | os.PathLike, state: dict[str, Any],
@@ -102,7 +113,7 @@ def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int) -> dict[str, 
     save left behind (temp files, replays newer than the checkpoint).
 
     Raises:
-        ValueError: ``replay.npz`` belongs to another checkpoint than ``env_steps``.
+        ValueError: ``replay.npz`` belongs to another checkpoint than ``env_steps``, or is truncated / corrupt.
     """
     run_dir = Path(run_dir)
     for p in run_dir.glob("*.tmp"):
@@ -116,8 +127,13 @@ def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int) -> dict[str, 
     path = run_dir / REPLAY_FILE
     if not path.exists():
         return None
-    with np.load(path, allow_pickle=True) as z:
-        arrays = {k: z[k] for k in z.files}
+    try:
+        with np.load(path, allow_pickle=True) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as exc:  # zipfile.BadZipFile, EOFError, ValueError, zlib.error... for a damaged file
+        raise ValueError(f"replay {path} cannot be read: expected a complete replay saved with the checkpoint, got "
+                         f"a truncated or corrupt file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                         f"move it away to resume with an empty replay") from None
     saved = arrays.pop("meta/env_steps", None)
     if saved is not None and int(saved) != env_steps:
         raise ValueError(f"{path} was saved at {int(saved)} env steps, the checkpoint at {env_steps}: "

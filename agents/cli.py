@@ -17,46 +17,49 @@ def train_main(argv: list[str] | None = None) -> int:
         description="Train a goal-conditioned agent with HER. CONFIG is a YAML path or a name in configs/ "
         f"(default {DEFAULT_CONFIG}); key=value pairs override it, e.g. train.total_env_steps=20000 algo=td3.",
     )
-    parser.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="YAML path or configs/ name")
+    parser.add_argument("config", nargs="?", default=None, help=f"YAML path or configs/ name (default "
+                        f"{DEFAULT_CONFIG}; not with --resume, which uses the run's own config)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint "
+                        "(overrides may change e.g. train.total_env_steps, train.eval_*, log.*)")
+    parser.add_argument("--overwrite", action="store_true", help="start a fresh run in a log.run_dir that holds "
+                        "another run (its files are replaced as the new run writes its own)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")
-    args = parser.parse_args(argv)
-    if "=" in args.config:  # only overrides were given
+    args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
+    if args.config is not None and "=" in args.config:  # only overrides were given
         args.overrides.insert(0, args.config)
-        args.config = DEFAULT_CONFIG
+        args.config = None
 
     from omegaconf import OmegaConf
-    from omegaconf.errors import ConfigKeyError, ValidationError
 
-    from agents.config import load_config
+    from agents.config import load_config, resume_config
 
     try:
         if args.resume:
             from agents.checkpoint import load_checkpoint
 
+            if args.overwrite:
+                raise ValueError("--overwrite starts a fresh run; it cannot be combined with --resume")
+            if args.config is not None:
+                raise ValueError(f"--resume {args.resume} continues the run with its own config: drop the config "
+                                 f"{args.config!r} (key=value overrides are allowed)")
             saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
-            bad = [o for o in args.overrides if "=" not in o]
-            if bad:
-                raise ValueError(f"override {bad[0]!r} is not of the form key=value")
-            try:  # the run's own config, then the overrides (e.g. a larger train.total_env_steps)
-                cfg = OmegaConf.merge(load_config(None), OmegaConf.create(saved["config"]),
-                                      OmegaConf.from_dotlist(args.overrides))
-            except (ConfigKeyError, ValidationError) as exc:
-                raise ValueError(f"bad config: {str(exc).splitlines()[0]}") from None
+            cfg = resume_config(saved["config"], args.overrides)  # the run's config, then the overrides
             done, total = saved["counters"]["env_steps"], cfg.train.total_env_steps
             if done >= total:
                 print(f"her-train: the run in {args.resume} is complete ({done}/{total} env steps); raise "
                       "train.total_env_steps to continue it, e.g. train.total_env_steps=" + str(2 * total))
                 return 0
         else:
-            cfg = load_config(args.config, args.overrides)
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
+            cfg = load_config(args.config or DEFAULT_CONFIG, args.overrides)
+    except (ValueError, FileNotFoundError) as exc:  # one line, no usage text: the message says what to fix
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 2
     if args.print_config:
         print(OmegaConf.to_yaml(cfg))
         return 0
 
+    from agents.run_control import TrainingStopped
     from agents.train import train
     from agents.video import check_gl_backend
 
@@ -66,10 +69,20 @@ def train_main(argv: list[str] | None = None) -> int:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
     try:
-        result = train(cfg, resume=args.resume)
+        result = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    except TrainingStopped as exc:
+        print(f"her-train: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
+        print("her-train: interrupted", file=sys.stderr)
+        return 130
     except (ValueError, TypeError) as exc:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
+        print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
     if result.history:  # ranks other than 0 (torchrun) have no evaluation rows of their own
         print(f"final eval success rate {result.eval_success_rate:.3f} after {result.env_steps} env steps; "
               f"run directory {result.run_dir}")

@@ -3,28 +3,34 @@ collect one env step into the storage, and learn from one HER batch."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from envs import VectorStep, split_autoreset
+from envs import VectorStep, check_rewards, split_autoreset, step_info
 
 __all__ = ["choose_action", "collect_step", "learn_step", "normalize_from_episode"]
 
 
 def choose_action(agent: Any, obs: dict[str, np.ndarray], spec: Any, n_envs: int, warmup: bool,
                   rng: np.random.Generator) -> np.ndarray:
-    """Uniform random actions during warm-up, else the agent's exploring action; float32 [n_envs, action_dim]."""
+    """Uniform random actions in ``[-1, 1]`` during warm-up (the agents' action space, which the env layer maps
+    onto the env's bounds), else the agent's exploring action; float32 [n_envs, action_dim]."""
     if warmup:
-        return rng.uniform(spec.action_low, spec.action_high, (n_envs, spec.action_dim)).astype(np.float32)
+        return rng.uniform(-1.0, 1.0, (n_envs, spec.action_dim)).astype(np.float32)
     return agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
 
 
 def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, storage: Any,
-                 info_keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], VectorStep, list[tuple[int, int]]]:
+                 info_shapes: Mapping[str, tuple[int, ...]], reward_range: tuple[float, float] | None = None,
+                 env_id: str = "the env") -> tuple[dict[str, np.ndarray], VectorStep, list[tuple[int, int]]]:
     """Step a SAME_STEP-autoreset vector env and store the transition of every env.
 
-    The stored next state is the real one (``final_obs`` where an episode ended), never the reset observation.
+    The stored next state is the real one (``final_obs`` where an episode ended), never the reset observation;
+    the stored info entries (``info_shapes``: ``{key: shape}``, any shape) are the step's own, from
+    ``final_info`` where an episode ended. ``action``: float32 ``[n_envs, action_dim]`` in ``[-1, 1]``, stored
+    as given. With ``reward_range``, an env reward outside it raises ``ValueError`` (see ``envs.check_rewards``).
 
     Returns:
         the next observation to act on, the ``VectorStep`` (real next obs, success, done) and the
@@ -32,7 +38,8 @@ def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, stora
     """
     next_obs, reward, terminated, truncated, infos = env.step(action)
     step = split_autoreset(next_obs, terminated, truncated, infos)
-    info = {k: np.asarray(infos[k], np.float32) for k in info_keys}
+    check_rewards(reward, reward_range, env_id)
+    info = step_info(infos, step.done, info_shapes)
     stored = storage.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
     return next_obs, step, stored
 

@@ -153,7 +153,10 @@ class NullLogger:
     def log_video(self, agent: Any, env_id: str, step: int) -> None:
         pass
 
-    def finish(self) -> None:
+    def checkpointed(self) -> None:
+        pass
+
+    def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
         pass
 
 
@@ -272,6 +275,14 @@ class DistContext:
             for acc in self._pending[n]:
                 acc[...] = 0.0
         return bool(rows[:, -2].min() > 0), float(rows[:, -1].min())
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is true on any (a collective: all ranks call it at the same step)."""
+        if not self.active:
+            return flag
+        t = torch.tensor([float(flag)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
 
     def average_eval(self, ev: dict[str, float]) -> dict[str, float]:
         """Evaluation metrics averaged over ranks (each evaluated the same number of episodes)."""

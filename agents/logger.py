@@ -1,8 +1,10 @@
 """Run logging: one short stdout line per evaluation, ``metrics.csv`` in the run directory, and W&B.
 
-W&B never waits on a login or the network: mode ``auto`` picks ``online`` only when an API key is configured
-(``WANDB_API_KEY`` or a netrc entry), else ``offline`` (files under ``<run_dir>/wandb``; upload later with
-``wandb sync``). ``WANDB_MODE`` in the environment wins over the config.
+W&B never blocks training: mode ``auto`` picks ``online`` only when an API key is configured (``WANDB_API_KEY``
+or a netrc entry), else ``offline`` (files under ``<run_dir>/wandb``; upload later with ``wandb sync``); an
+online init that fails (bad key, no network, no answer within ``log.wandb.init_timeout_s``) falls back to
+offline with one warning line, and the final upload waits at most ``log.wandb.finish_timeout_s``.
+``WANDB_MODE`` in the environment wins over the config.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import io
 import math
 import netrc
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-__all__ = ["RunLogger", "wandb_mode"]
+__all__ = ["EXIT_CODES", "RunLogger", "wandb_mode"]
 
 
 def _has_api_key() -> bool:
@@ -40,54 +43,115 @@ def wandb_mode(configured: str) -> str:
     return mode
 
 
+#: how a run ended -> the W&B exit code (a non-zero code marks the W&B run failed)
+EXIT_CODES = {"finished": 0, "crashed": 1, "interrupted": 130, "terminated": 143}
+
+
 class RunLogger:
-    """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.)."""
+    """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.).
+
+    W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
+    resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
+    ``metrics.csv`` rows its W&B run lacks (read from the local transaction logs, see
+    :mod:`agents.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
+    """
 
     def __init__(self, cfg: DictConfig, run_dir: Path, resume_id: str | None = None,
                  resume_step: int | None = None) -> None:
         """``resume_step``: the env steps of the checkpoint a resumed run continues from. ``metrics.csv`` keeps
-        its rows up to that step and drops the later ones (logged by the killed run after its last checkpoint;
+        its rows up to that step and drops the later ones (logged by the stopped run after its last checkpoint;
         the resumed run logs those evaluations again), so the file has one row per evaluation, in order.
-        ``None`` (a fresh run) starts a new ``metrics.csv``. W&B cannot delete logged rows: a resumed W&B run
-        (same id, ``resume="allow"``) may show the evaluations between the checkpoint and the kill twice."""
+        ``None`` (a fresh run): the first row replaces ``metrics.csv`` (atomically; an old file stays until
+        then). ``resume_id``: the W&B run id to continue."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
         self._fields: list[str] | None = None
+        self._fresh_csv = resume_step is None
         self._video_error: str | None = None
-        if self.csv_path.exists():
-            if resume_step is None:
-                self.csv_path.unlink()
-            else:
-                self._truncate_csv(resume_step)
+        self._pending: list[dict[str, Any]] = []  # rows not yet covered by a checkpoint
+        self._defer = bool(cfg.log.checkpoint)
+        kept: list[dict[str, Any]] = []
+        if resume_step is not None and self.csv_path.exists():
+            kept = self._truncate_csv(resume_step)
         self.mode = wandb_mode(cfg.log.wandb.mode)
         self.run = None
         if self.mode != "disabled":
-            import wandb
-
-            w = cfg.log.wandb
-            self.run = wandb.init(
-                project=w.project, entity=w.entity, tags=list(w.tags), group=w.group,
-                name=w.name or self.run_dir.name, dir=str(self.run_dir), mode=self.mode,
-                config=OmegaConf.to_container(cfg, resolve=True), id=resume_id,
-                resume="allow" if resume_id else None,
-                settings=wandb.Settings(init_timeout=60, silent=True, console="off"),
-            )
+            self.run = self._init_wandb(resume_id)
+        if self.run is not None:
             self.run.define_metric("env_steps")
             self.run.define_metric("*", step_metric="env_steps")
+            if resume_id and kept:
+                self._relog_missing(kept)
 
-    def _truncate_csv(self, resume_step: int) -> None:
+    def _init_wandb(self, resume_id: str | None) -> Any:
+        """``wandb.init`` in ``self.mode``; an online init that fails (no API key, no network, a server that does
+        not answer within ``log.wandb.init_timeout_s``) falls back to offline with one warning line."""
+        # This package's top-level module is named `agents`, which W&B takes for an LLM agents library and
+        # answers with a Weave advert; nothing here uses Weave.
+        os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
+        os.environ.setdefault("WANDB_SILENT", "true")  # also quiets the login notice printed before init
+        import wandb
+
+        w = self.cfg.log.wandb
+        kwargs = dict(
+            project=w.project, entity=w.entity, tags=list(w.tags), group=w.group, name=w.name or self.run_dir.name,
+            dir=str(self.run_dir), config=OmegaConf.to_container(self.cfg, resolve=True), id=resume_id,
+            resume="allow" if resume_id else None,
+        )
+
+        def settings() -> Any:
+            return wandb.Settings(init_timeout=float(w.init_timeout_s), finish_timeout=float(w.finish_timeout_s),
+                                  silent=True, console="off")
+
+        if self.mode == "online":
+            try:
+                return wandb.init(mode="online", settings=settings(), **kwargs)
+            except Exception as exc:  # wandb.errors.Error and anything else: W&B must never stop training
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                tqdm.write(f"W&B: cannot log online ({type(exc).__name__}: {reason}); logging offline to "
+                           f"{self.run_dir / 'wandb'} instead (upload later with `wandb sync "
+                           f"{self.run_dir / 'wandb'}/offline-run-*`)")
+                self.mode = "offline"
+        # An offline init can fail too, e.g. "run ID is in use" while the W&B service of a killed process that
+        # logged to this run has not yet noticed: retry for a while, then train without W&B.
+        deadline = time.monotonic() + float(w.init_timeout_s)
+        while True:
+            try:
+                return wandb.init(mode=self.mode, settings=settings(), **kwargs)
+            except Exception as exc:
+                if time.monotonic() >= deadline:
+                    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    tqdm.write(f"W&B: cannot start the run ({type(exc).__name__}: {reason}); training goes on "
+                               "without W&B (metrics.csv has every row; a --resume logs the rows W&B lacks)")
+                    self.mode = "disabled"
+                    return None
+                time.sleep(1.0)
+
+    def _relog_missing(self, rows: list[dict[str, Any]]) -> None:
+        """Log the kept ``metrics.csv`` rows that this W&B run's local logs do not hold (a stop between a
+        checkpoint and its W&B row), in step order, before any new row."""
+        from agents.wandb_history import logged_env_steps
+
+        have = logged_env_steps(self.run_dir / "wandb", self.run.id)
+        for r in rows:
+            if int(float(r["env_steps"])) not in have:
+                self.run.log(_typed_row(r))
+
+    def _truncate_csv(self, resume_step: int) -> list[dict[str, Any]]:
+        """Drop the rows after ``resume_step`` (and a row cut short by a kill); return the rows kept."""
         with open(self.csv_path, newline="") as f:
             reader = csv.DictReader(f)
             fields, rows = reader.fieldnames, list(reader)
         if not fields:
             self.csv_path.unlink()
-            return
+            return []
         self._fields = list(fields)
         # A row cut short by the kill has missing cells (None): drop it too.
         keep = [r for r in rows if None not in r.values() and r.get("env_steps")
                 and int(float(r["env_steps"])) <= resume_step]
         if len(keep) < len(rows):
             self._write_csv(keep)
+        return keep
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
         """Rewrite ``metrics.csv`` (header ``self._fields``) atomically: a kill never loses the old rows."""
@@ -116,15 +180,26 @@ class RunLogger:
         if self._fields is None or not set(row) <= set(self._fields):
             # New columns (losses appear after the first updates): rewrite the file with the wider header.
             old_rows = []
-            if self.csv_path.exists():
+            if self.csv_path.exists() and not self._fresh_csv:  # a fresh run replaces an old file here
                 with open(self.csv_path, newline="") as f:
                     old_rows = list(csv.DictReader(f))
+            self._fresh_csv = False
             self._fields = list(self._fields or []) + [k for k in row if k not in (self._fields or [])]
             self._write_csv(old_rows)
         with open(self.csv_path, "a", newline="") as f:
             csv.DictWriter(f, self._fields, extrasaction="ignore").writerow(clean)
+            f.flush()
+            os.fsync(f.fileno())
+        self._pending.append(row)
+        if not self._defer:  # no checkpoints: nothing is redone, so nothing to wait for
+            self.checkpointed()
+
+    def checkpointed(self) -> None:
+        """The checkpoint covering every row logged so far is on disk: send those rows to W&B."""
         if self.run is not None:
-            self.run.log(row)
+            for row in self._pending:
+                self.run.log(row)
+        self._pending.clear()
 
     def log_video(self, agent: Any, env_id: str, step: int) -> None:
         """Render one deterministic evaluation episode to ``<run_dir>/videos/eval_<step>.mp4`` and log it to W&B.
@@ -148,6 +223,44 @@ class RunLogger:
             self._video_error = str(exc)
             tqdm.write(f"video skipped (training goes on, no further videos this run): {exc}")
 
-    def finish(self) -> None:
-        if self.run is not None:
-            self.run.finish()
+    def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
+        """Finish the W&B run, recording how the run ended.
+
+        Args:
+            status: ``finished`` (the rows not yet sent are sent), ``interrupted`` (SIGINT), ``terminated``
+                (SIGTERM) or ``crashed``; stored in the W&B summary as ``run_status`` and as the exit code
+                (0, 130, 143, 1: non-zero marks the W&B run failed).
+            error: the exception of a crashed run, stored in the summary as ``error``.
+
+        Raises:
+            ValueError: an unknown ``status``.
+        """
+        if status not in EXIT_CODES:
+            raise ValueError(f"status must be one of {sorted(EXIT_CODES)}, got {status!r}")
+        if status == "finished":
+            self.checkpointed()
+        if self.run is None:
+            return
+        run, self.run = self.run, None
+        try:
+            run.summary["run_status"] = status
+            if error is not None:
+                run.summary["error"] = f"{type(error).__name__}: {error}"
+        finally:
+            run.finish(exit_code=EXIT_CODES[status])
+
+
+def _typed_row(row: dict[str, str]) -> dict[str, Any]:
+    """A ``metrics.csv`` row (strings) as logged: integers, floats, empty cells left out."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if v in ("", None):
+            continue
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = v
+    return out

@@ -6,6 +6,7 @@ every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) a
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -17,11 +18,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
+from agents.base import q_clip_for_env
+from agents.config import check_device
 from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
 from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 from agents.distributed import NullLogger, init_distributed  # DIST
 from agents.logger import RunLogger
 from agents.registry import make_agent
+from agents.run_control import GracefulStop, TrainingStopped, prepare_run_dir
 from envs import goal_env_spec, make_vector_env, split_autoreset
 
 __all__ = ["TrainResult", "build_replay", "evaluate", "train"]
@@ -50,7 +54,7 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
     storage = her.EpisodeStorage(
         r.capacity, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
         max_episode_steps=spec.max_episode_steps or 50, n_envs=cfg.env.n_envs,
-        info_shapes={k: () for k in spec.info_keys},
+        info_shapes=dict(spec.info_shapes),
     )
     sampler = None
     if r.prioritized:
@@ -59,55 +63,80 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
             td_error_clip=r.td_error_clip, rank_based=r.rank_based,
         )
     return her.HerReplayBuffer(
-        storage, spec.compute_reward, strategy=r.strategy, n_sampled_goal=r.n_sampled_goal, n_step=r.n_step,
-        gamma=cfg.train.gamma, sampler=sampler, stop_at_success=r.stop_at_success,
-        compute_success=spec.compute_success, seed=cfg.train.seed,
+        storage, spec.compute_reward, strategy=r.strategy, n_sampled_goal=r.n_sampled_goal,
+        other_desired_fraction=r.other_desired_fraction, n_step=r.n_step, gamma=cfg.train.gamma, sampler=sampler,
+        stop_at_success=r.stop_at_success, compute_success=spec.compute_success, seed=cfg.train.seed,
     )
 
 
 def evaluate(agent: Any, env: Any, n_episodes: int, seed: int | None = None) -> dict[str, float]:
     """Run ``n_episodes`` deterministic episodes on a vector env (SAME_STEP autoreset).
 
-    Success is ``info["is_success"]`` at each episode's last step. Returns ``success_rate``,
-    ``final_distance`` (mean distance achieved-desired goal at the end, in the goal's units, metres for Fetch)
-    and ``return``.
+    Env ``i`` of the ``n`` envs runs its share, ``n_episodes // n`` episodes plus one for ``i < n_episodes % n``,
+    and its later episodes are not counted: keeping the first episodes to *finish* instead would over-count
+    short episodes when lengths differ. Success is ``info["is_success"]`` at each episode's last step.
+
+    Returns:
+        ``success_rate``, ``final_distance`` (mean distance achieved-desired goal at the end, in the goal's units,
+        metres for Fetch) and ``return`` (mean undiscounted episode return), each a float over the
+        ``n_episodes`` episodes.
     """
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
+    share = n_episodes // n + (np.arange(n) < n_episodes % n)
+    finished = np.zeros(n, np.int64)
     successes: list[float] = []
     distances: list[float] = []
     returns: list[float] = []
     ep_return = np.zeros(n)
-    started = np.ones(n, bool)  # envs may start more episodes than needed; count only the first n_episodes
-    while len(successes) < n_episodes:
+    while (finished < share).any():
         action = agent.act(obs["observation"], obs["desired_goal"], deterministic=True)
         obs, reward, terminated, truncated, infos = env.step(action)
         ep_return += reward
         step = split_autoreset(obs, terminated, truncated, infos)
-        for i in np.flatnonzero(step.done & started):
-            successes.append(float(step.is_success[i]))
-            ag, dg = step.real_next_obs["achieved_goal"][i], step.real_next_obs["desired_goal"][i]
-            distances.append(float(np.linalg.norm(ag - dg)))
-            returns.append(float(ep_return[i]))
+        for i in np.flatnonzero(step.done):
+            if finished[i] < share[i]:
+                successes.append(float(step.is_success[i]))
+                ag, dg = step.real_next_obs["achieved_goal"][i], step.real_next_obs["desired_goal"][i]
+                distances.append(float(np.linalg.norm(ag - dg)))
+                returns.append(float(ep_return[i]))
+            finished[i] += 1
             ep_return[i] = 0.0
     return {
-        "success_rate": float(np.mean(successes[:n_episodes])),
-        "final_distance": float(np.mean(distances[:n_episodes])),
-        "return": float(np.mean(returns[:n_episodes])),
+        "success_rate": float(np.mean(successes)),
+        "final_distance": float(np.mean(distances)),
+        "return": float(np.mean(returns)),
     }
 
 
-def _default_run_dir(cfg: DictConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.env.id}-{cfg.algo}-s{cfg.train.seed}-{stamp}"
+def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+    """Train ``cfg.algo`` with HER on ``cfg.env.id``.
 
+    Args:
+        cfg: a config from :func:`agents.config.load_config`.
+        resume: a run directory to continue from (its ``checkpoint.pt``).
+        overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
+            this run writes its own, nothing is deleted before).
 
-def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
-    """Train ``cfg.algo`` with HER on ``cfg.env.id``. ``resume``: a run directory to continue from."""
+    Returns:
+        TrainResult: run directory, env steps, the last eval success rate and the evaluation rows.
+
+    Raises:
+        ValueError: a config the agent, replay or env refuse; a run directory that holds a run (without
+            ``overwrite``), cannot be written or is locked by a live run (:class:`RunDirInUse`).
+        TrainingStopped: SIGINT or SIGTERM arrived; a checkpoint of the current state was written and the W&B
+            run finished as interrupted / terminated.
+    """
     if cfg.dist.mode == "actor_learner":  # DIST: Ape-X learner (rank 0) + actors over torch.distributed.rpc
         from agents.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume)
+    with GracefulStop() as stop, contextlib.ExitStack() as cleanup:
+        return _train(cfg, resume, overwrite, stop, cleanup)
+
+
+def _train(cfg: DictConfig, resume: str | None, overwrite: bool, stop: GracefulStop,
+           cleanup: contextlib.ExitStack) -> TrainResult:
     dist_ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)  # DIST: 1-process no-op without torchrun
     cfg = dist_ctx.prepare_config(cfg)  # DIST: same config on all ranks, then train.seed + rank
     t_cfg = OmegaConf.to_object(cfg.train)  # a plain TrainConfig: read in the loop, where DictConfig access costs ~8 us
@@ -120,12 +149,23 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
     # Everything that can refuse the config comes before the run directory, W&B and the envs.
     agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
     agent_kwargs.setdefault("seed", t_cfg.seed)  # exploration noise
+    configured = {"configured": agent_kwargs["q_clip"]} if "q_clip" in agent_kwargs else {}  # unset: from the env
+    agent_kwargs["q_clip"] = q_clip_for_env(spec.reward_range, t_cfg.gamma, cfg.env.id, **configured)
+    reward_guard = None if configured else spec.reward_range  # a derived bound needs rewards inside the range
+    check_device(t_cfg.device)
     agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
                        device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
     replay = build_replay(cfg, spec, total_updates)
-    run_dir = Path(resume) if resume else Path(cfg.log.run_dir) if cfg.log.run_dir else _default_run_dir(cfg)
-    run_dir = dist_ctx.broadcast_object(run_dir)  # DIST: rank 0's run directory
-    run_dir.mkdir(parents=True, exist_ok=True)
+    lock, refusal = None, None
+    if dist_ctx.is_main:  # DIST: rank 0 alone picks, creates and locks the run directory
+        try:
+            lock = prepare_run_dir(cfg.env.id, cfg.algo, t_cfg.seed, cfg.log.run_dir, resume, overwrite)
+            cleanup.callback(lock.release)
+        except ValueError as exc:
+            refusal = exc
+    run_dir, refusal = dist_ctx.broadcast_object((lock.run_dir if lock else None, refusal))  # DIST: rank 0's
+    if refusal is not None:
+        raise refusal
     env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
     rng = np.random.default_rng(t_cfg.seed)
@@ -142,6 +182,8 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
         replay_arrays = load_replay_arrays(run_dir, counters["env_steps"])  # the replay of this checkpoint
         if replay_arrays is not None:
             replay.load_state_dict(_unflatten(replay_arrays))
+        elif "replay_schedule" in state:  # no replay file: the storage restarts empty, its schedules continue
+            _load_replay_schedule(replay, state["replay_schedule"])
     # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
     dist_ctx.setup_agent(agent)  # DIST: broadcast rank 0's weights, average gradients, buffer normalizer deltas
     logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
@@ -158,11 +200,17 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
 
     obs, _ = env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.storage.discard_in_progress()
+    status, crash = "crashed", None
     try:
         while counters["env_steps"] < t_cfg.total_env_steps:
+            if (stop.signum is not None and not dist_ctx.active) or (  # DIST: all ranks stop at one block start
+                    dist_ctx.active and counters["env_steps"] % t_cfg.update_every < n_envs
+                    and dist_ctx.any_rank(stop.signum is not None)):
+                break
             # -- act, step, store (the real next state, never the autoreset one)
             action = choose_action(agent, obs, spec, n_envs, counters["env_steps"] < t_cfg.warmup_steps, rng)
-            obs, step, stored = collect_step(env, obs, action, replay.storage, spec.info_keys)
+            obs, step, stored = collect_step(env, obs, action, replay.storage, spec.info_shapes, reward_guard,
+                                             cfg.env.id)
             counters["env_steps"] += n_envs
             if step.done.any():
                 train_successes += step.is_success[step.done].astype(float).tolist()
@@ -212,11 +260,28 @@ def train(cfg: DictConfig, resume: str | None = None) -> TrainResult:
                 steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
                 if cfg.log.checkpoint and dist_ctx.is_main:  # DIST: rank 0 alone writes checkpoints
                     _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id or wandb_id)
+                    logger.checkpointed()  # W&B gets a row once a resume would not redo it
+        if counters["env_steps"] < t_cfg.total_env_steps:  # stopped by SIGINT / SIGTERM: save the current state
+            counters["wall_time"] = wall0 + time.perf_counter() - t_start
+            ckpt = None
+            if cfg.log.checkpoint and dist_ctx.is_main:
+                _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id or wandb_id)
+                logger.checkpointed()
+                ckpt = run_dir / "checkpoint.pt"
+            status = stop.status
+            raise TrainingStopped(stop.signum or 2, run_dir, counters["env_steps"], ckpt)
+        status = "finished"
+    except KeyboardInterrupt:  # a second signal: stop now
+        status = "interrupted"
+        raise
+    except BaseException as exc:
+        crash = exc
+        raise
     finally:
         progress.close()
         env.close()
         eval_env.close()
-        logger.finish()
+        logger.finish(status, crash if status == "crashed" else None)
         dist_ctx.close()  # DIST
     return TrainResult(run_dir, counters["env_steps"], last_eval.get("success_rate", float("nan")), history)
 
@@ -243,6 +308,24 @@ def _unflatten(flat: dict[str, Any]) -> dict:
     return out
 
 
+def _replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
+    """What the replay needs to continue without its storage: the sampling RNG and the prioritized sampler's
+    schedules (``n_samples``, which anneals beta, and the priority new transitions enter at)."""
+    sampler = replay.sampler
+    out: dict[str, Any] = {"rng": replay.rng.bit_generator.state}
+    if hasattr(sampler, "n_samples"):
+        out["n_samples"] = int(sampler.n_samples)
+        out["max_priority"] = sampler.max_priority
+    return out
+
+
+def _load_replay_schedule(replay: her.HerReplayBuffer, schedule: dict[str, Any]) -> None:
+    replay.rng.bit_generator.state = schedule["rng"]
+    if "n_samples" in schedule and hasattr(replay.sampler, "n_samples"):
+        replay.sampler.n_samples = int(schedule["n_samples"])
+        replay.sampler.max_priority = schedule["max_priority"]
+
+
 def _checkpoint(run_dir: Path, cfg: DictConfig, agent: Any, replay: her.HerReplayBuffer, counters: dict,
                 rng: np.random.Generator, wandb_id: str | None) -> None:
     # checkpoint.pt and replay.npz, written so that a kill at any point leaves a matching pair
@@ -252,4 +335,7 @@ def _checkpoint(run_dir: Path, cfg: DictConfig, agent: Any, replay: her.HerRepla
         "counters": dict(counters),
         "rng": {"numpy": rng.bit_generator.state, "torch": torch.get_rng_state()},
         "wandb_id": wandb_id,
+        "replay_schedule": _replay_schedule(replay),
     }, _flatten(replay.state_dict()) if cfg.log.save_replay else None)
+    if not cfg.log.save_replay:  # a replay.npz of an overwritten run or of earlier checkpoints: not this state
+        (run_dir / "replay.npz").unlink(missing_ok=True)

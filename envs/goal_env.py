@@ -4,9 +4,19 @@ Everything HER needs to know about an environment lives in a :class:`GoalEnvSpec
 observation, goal and action vectors, and a *vectorized* ``compute_reward`` / ``compute_success`` that
 the replay library calls once per batch for relabeled goals.
 
+Every env the package builds (:func:`make_env`, so also the vector envs, evaluation and videos) is wrapped so
+that
+
+- observations are copied on receipt (:class:`CopyObservation`): an env that returns the same arrays every step
+  and mutates them in place cannot change an observation already handed out (a stored last state, a
+  ``final_obs``);
+- the agents act in ``[-1, 1]`` (:class:`NormalizeAction`): actions are mapped affinely to the env's own Box
+  bounds, so the replay holds one action space whatever the env's bounds. Unbounded action boxes are refused.
+
 Vector envs use gymnasium's own ``SyncVectorEnv`` / ``AsyncVectorEnv`` in ``AutoresetMode.SAME_STEP``:
 when an episode ends, ``step`` already returns the reset observation, and the real last observation is in
-``infos["final_obs"]``. :func:`split_autoreset` recovers it, so no transition ever crosses a reset.
+``infos["final_obs"]``. :func:`split_autoreset` recovers it, so no transition ever crosses a reset;
+:func:`step_info` does the same for the info entries ``compute_reward`` needs.
 """
 
 from __future__ import annotations
@@ -15,8 +25,8 @@ import contextlib
 import difflib
 import io
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -35,9 +45,14 @@ class GoalEnvSpec:
     """Static description of a goal env, enough to build networks and relabel goals.
 
     ``compute_reward(achieved_goal [B, G], desired_goal [B, G], info) -> [B] float32``, where ``info`` is
-    ``None`` or a dict of ``[B, ...]`` arrays holding at least ``info_keys``.
+    ``None`` or a dict ``{key: [B, *info_shapes[key]]}`` holding at least ``info_keys``.
     ``compute_success(achieved_goal [B, G], desired_goal [B, G]) -> [B] bool``, or ``None`` when the env
     offers no vectorized success test (then read ``info["is_success"]`` from the env).
+
+    ``action_low`` / ``action_high`` are the env's own Box bounds (float32 ``[action_dim]``, finite); the
+    agents and the replay use ``[-1, 1]``, mapped by :func:`to_env_action` / :func:`from_env_action`.
+    ``reward_range``: ``(low, high)`` bounds of one step's reward (``-inf`` / ``inf`` for an unknown side), or
+    ``None`` when nothing is known; see :func:`spec_from_env` for where it comes from.
     """
 
     env_id: str
@@ -50,6 +65,16 @@ class GoalEnvSpec:
     compute_reward: RewardFn
     compute_success: SuccessFn | None
     info_keys: tuple[str, ...] = ()
+    info_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    reward_range: tuple[float, float] | None = None
+
+    def to_env_action(self, action: np.ndarray) -> np.ndarray:
+        """Agent actions ``[..., action_dim]`` in ``[-1, 1]`` -> the env's units (see :func:`to_env_action`)."""
+        return to_env_action(action, self.action_low, self.action_high)
+
+    def from_env_action(self, action: np.ndarray) -> np.ndarray:
+        """Actions in the env's units -> ``[-1, 1]`` (see :func:`from_env_action`)."""
+        return from_env_action(action, self.action_low, self.action_high)
 
 
 @dataclass(frozen=True)
@@ -73,6 +98,81 @@ class ThresholdSuccess:
     def __call__(self, achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
         d = np.linalg.norm(np.asarray(achieved_goal) - np.asarray(desired_goal), axis=-1)
         return d < self.distance_threshold
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Actions in [-1, 1] and observations copied on receipt
+# ---------------------------------------------------------------------------------------------------------
+
+
+def to_env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Map actions ``[..., A]`` from ``[-1, 1]`` affinely onto ``[low, high]`` (``-1 -> low``, ``1 -> high``).
+
+    Inputs outside ``[-1, 1]`` are clipped first, and the result is clipped to ``[low, high]`` so rounding never
+    leaves the box. Returns float64 (cast to the env's dtype where it is used).
+    """
+    a = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    return np.clip(low + (a + 1.0) * 0.5 * (high - low), low, high)
+
+
+def from_env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`to_env_action`: actions in ``[low, high]`` -> float32 ``[-1, 1]`` (clipped)."""
+    a = np.asarray(action, np.float64)
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    return np.clip(2.0 * (a - low) / (high - low) - 1.0, -1.0, 1.0).astype(np.float32)
+
+
+class NormalizeAction(gym.ActionWrapper):
+    """Expose a bounded Box action space as ``Box(-1, 1)`` float32 and map actions to the env's bounds.
+
+    Raises:
+        TypeError: the action space is not a Box with finite bounds (``low < high`` everywhere).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        _check_action_box(env.action_space, _env_name(env))
+        box = env.action_space
+        self._low, self._high, self._dtype = box.low, box.high, box.dtype
+        self.action_space = gym.spaces.Box(-1.0, 1.0, box.shape, np.float32)
+
+    def action(self, action: np.ndarray) -> np.ndarray:
+        return to_env_action(action, self._low, self._high).astype(self._dtype, copy=False)
+
+
+class CopyObservation(gym.ObservationWrapper):
+    """Return a copy of every observation array, so an env that reuses its arrays cannot alter one handed out."""
+
+    def observation(self, observation: Any) -> Any:
+        if isinstance(observation, Mapping):
+            return {k: np.array(v, copy=True) for k, v in observation.items()}
+        return np.array(observation, copy=True)
+
+
+def _env_name(env: gym.Env) -> str:
+    return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+
+
+def _check_action_box(space: Any, env_id: str) -> None:
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise TypeError(f"{env_id}: expected a 1-D Box action space, got {space}.")
+    low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
+        raise TypeError(
+            f"{env_id}: the action space must be a Box with finite bounds, low < high (the agents act in [-1, 1] "
+            f"and the env layer maps that interval onto the bounds), got low={low.tolist()}, high={high.tolist()}."
+        )
+
+
+def wrap_goal_env(env: gym.Env) -> gym.Env:
+    """Wrap an env as the package uses it: observations copied on receipt (:class:`CopyObservation`) and
+    actions in ``[-1, 1]`` (:class:`NormalizeAction`; skipped where the bounds already are ``[-1, 1]``)."""
+    box = env.action_space
+    _check_action_box(box, _env_name(env))
+    if not (np.all(box.low == -1.0) and np.all(box.high == 1.0)):
+        env = NormalizeAction(env)
+    return CopyObservation(env)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -115,15 +215,21 @@ def make_env(env_id: str, seed: int | None = None, render_mode: str | None = Non
             ``reset()`` calls without a seed continue that stream, so the run is reproducible.
         render_mode: passed to ``gym.make`` (``"rgb_array"`` for frames; set ``MUJOCO_GL`` for headless).
 
+    Returns:
+        the env wrapped by :func:`wrap_goal_env`: its action space is ``Box(-1, 1)`` float32 (mapped onto the
+        env's own bounds) and its observations are fresh arrays at every ``reset`` / ``step``.
+
     Raises:
         ValueError: unknown env id.
         TypeError: the observation space is not a Dict with ``observation``, ``achieved_goal`` and
-            ``desired_goal`` 1-D boxes, or ``compute_reward`` is missing or not vectorized.
+            ``desired_goal`` 1-D boxes, the action space is not a bounded 1-D Box, or ``compute_reward`` is
+            missing or not vectorized.
     """
     _resolve_env_id(env_id)
     env = gym.make(env_id, **({} if render_mode is None else {"render_mode": render_mode}))
     try:
         spec_from_env(env, env_id)
+        env = wrap_goal_env(env)
     except Exception:
         env.close()
         raise
@@ -164,8 +270,7 @@ def _check_goal_spaces(env: gym.Env, env_id: str) -> tuple[int, int]:
             f"{env_id}: achieved_goal and desired_goal must have the same shape, got "
             f"{space['achieved_goal'].shape} and {space['desired_goal'].shape}."
         )
-    if not isinstance(env.action_space, gym.spaces.Box) or len(env.action_space.shape) != 1:
-        raise TypeError(f"{env_id}: expected a 1-D Box action space, got {env.action_space}.")
+    _check_action_box(env.action_space, env_id)
     return space["observation"].shape[0], space["desired_goal"].shape[0]
 
 
@@ -243,7 +348,17 @@ def _is_fetch(unwrapped: Any) -> bool:
 
 
 def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
-    """Validate an open goal env and describe it. Raises ``TypeError`` when HER cannot use it."""
+    """Validate an open goal env (not yet wrapped by :func:`wrap_goal_env`) and describe it.
+
+    ``info_keys`` / ``info_shapes``: the numeric entries of a real step's info that ``compute_reward`` needs,
+    and each one's shape (any shape). ``reward_range`` (see :class:`GoalEnvSpec`): the env's ``reward_range``
+    attribute where it bounds a side; Fetch's; else, when ``compute_reward`` takes exactly two values on the
+    probe goals and on achieved == desired (a sparse reward), those two; else ``None``. A probed range is a
+    guess from a few goals: :func:`check_rewards` refuses an env reward outside it during training.
+
+    Raises:
+        TypeError: HER cannot use the env (spaces, action bounds, a missing or non-vectorized reward).
+    """
     env_id = env_id or (env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
     obs_dim, goal_dim = _check_goal_spaces(env, env_id)
     unwrapped = env.unwrapped
@@ -255,14 +370,17 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
 
     # The env's own compute_reward must be vectorized; try info=None first, then a batched real info.
     info_keys: tuple[str, ...] = ()
+    info: dict[str, np.ndarray] | None = None
     try:
         unwrapped.compute_reward(ag, dg, None)
     except Exception:
         info = _probe_info(env)
         _check_vectorized(unwrapped.compute_reward, (ag, dg, info), env_id, "compute_reward")
         info_keys = tuple(k for k in info if not _accepts_info(unwrapped, ag, dg, info, without=k))
+        info = {k: info[k] for k in info_keys}
     else:
         _check_vectorized(unwrapped.compute_reward, (ag, dg, None), env_id, "compute_reward")
+    info_shapes = {k: tuple(info[k].shape[1:]) for k in info_keys}
 
     compute_success: SuccessFn | None
     if _is_fetch(unwrapped):
@@ -280,6 +398,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
             except TypeError:
                 compute_success = None
 
+    reward_range = _reward_range(unwrapped, compute_reward, ag, dg, info)
     max_steps = env.spec.max_episode_steps if env.spec is not None else None
     return GoalEnvSpec(
         env_id=env_id,
@@ -292,7 +411,36 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
         compute_reward=compute_reward,
         compute_success=compute_success,
         info_keys=info_keys,
+        info_shapes=info_shapes,
+        reward_range=reward_range,
     )
+
+
+def _reward_range(unwrapped: Any, compute_reward: RewardFn, ag: np.ndarray, dg: np.ndarray,
+                  info: dict[str, np.ndarray] | None) -> tuple[float, float] | None:
+    """Bounds of one step's reward: the env's own ``reward_range`` attribute where it bounds a side; Fetch's
+    (``(-1, 0)`` sparse, ``(-inf, 0)`` dense); else, for a sparse reward, the two values ``compute_reward``
+    takes on the probe goals and on achieved == desired; ``None`` when none of these applies (dense rewards, or
+    a probe that did not tell success from failure)."""
+    declared = getattr(unwrapped, "reward_range", None)
+    if declared is not None:
+        try:
+            low, high = (float(v) for v in declared)
+        except (TypeError, ValueError):
+            low, high = -np.inf, np.inf
+        if low <= high and (np.isfinite(low) or np.isfinite(high)):
+            return low, high
+    if _is_fetch(unwrapped):
+        return (-1.0, 0.0) if unwrapped.reward_type == "sparse" else (-np.inf, 0.0)
+    goals = np.concatenate([ag, ag, dg]), np.concatenate([dg, ag, dg])  # apart, and achieved
+    batch = None if info is None else {k: np.concatenate([v, v, v]) for k, v in info.items()}
+    try:
+        values = np.unique(np.asarray(compute_reward(*goals, batch), np.float64))
+    except Exception:
+        return None
+    if values.size == 2 and np.isfinite(values).all():  # failure / success
+        return float(values[0]), float(values[1])
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -381,3 +529,76 @@ def split_autoreset(
     final_info = infos.get("final_info", {})
     is_success[ended] = _masked_success(final_info, n)[ended]
     return VectorStep(real, is_success, done)
+
+
+def step_info(infos: dict, done: np.ndarray, info_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The per-step info entries ``compute_reward`` needs, one row per env, for one SAME_STEP vector step.
+
+    For an env whose episode ended at this step the top-level ``infos`` hold its *reset* info, so its entries
+    are read from ``infos["final_info"]``.
+
+    Args:
+        infos: the vector env's info dict of the step.
+        done: bool ``[N]``, ``terminated | truncated`` of the step.
+        info_shapes: ``{key: shape}`` (``GoalEnvSpec.info_shapes``).
+
+    Returns:
+        ``{key: float32 [N, *shape]}``.
+
+    Raises:
+        ValueError: an env's step info lacks a key, or an entry has another shape than ``info_shapes`` says.
+    """
+    done = np.asarray(done, dtype=bool)
+    n = done.shape[0]
+    final = infos.get("final_info", {}) if done.any() else {}
+    out: dict[str, np.ndarray] = {}
+    for key, shape in info_shapes.items():
+        rows = np.empty((n, *shape), np.float32)
+        for source, envs in ((infos, ~done), (final, done)):
+            if not envs.any():
+                continue
+            mask = np.asarray(source.get("_" + key, np.zeros(n, bool)), dtype=bool)
+            missing = np.flatnonzero(envs & ~mask)
+            if key not in source or missing.size:
+                raise ValueError(
+                    f"info[{key!r}]: compute_reward needs it at every step, but the step info of env(s) "
+                    f"{(missing if key in source else np.flatnonzero(envs)).tolist()} has no {key!r}"
+                )
+            values = np.asarray(source[key])[envs]
+            try:  # lists and mixed entries arrive as object arrays
+                got = (np.stack([np.asarray(v, np.float32) for v in values]) if values.dtype == object
+                       else values.astype(np.float32, copy=False))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"info[{key!r}]: expected numeric entries of shape {tuple(shape)}: {exc}") from None
+            if got.shape[1:] != tuple(shape):
+                raise ValueError(f"info[{key!r}]: expected shape {tuple(shape)} per env, got {got.shape[1:]}")
+            rows[envs] = got
+        out[key] = rows
+    return out
+
+
+def check_rewards(reward: np.ndarray, reward_range: tuple[float, float] | None, env_id: str) -> None:
+    """Refuse env rewards outside ``reward_range`` (``GoalEnvSpec.reward_range``; the TD-target bounds derived
+    from it hold only for rewards inside). No-op when ``reward_range`` is None.
+
+    Args:
+        reward: the rewards of one step, ``[N]``.
+        reward_range: ``(low, high)``; a relative tolerance of 1e-5 absorbs float32 / float64 rounding.
+        env_id: named in the message.
+
+    Raises:
+        ValueError: some reward lies outside ``[low, high]``.
+    """
+    if reward_range is None:
+        return
+    r = np.asarray(reward, np.float64)
+    low, high = reward_range
+    tol = 1e-5 * max(1.0, *(abs(v) for v in reward_range if np.isfinite(v)))  # float32 probe vs float64 env
+    if r.size and (r.min() < low - tol or r.max() > high + tol):
+        bad = r[(r < low - tol) | (r > high + tol)]
+        raise ValueError(
+            f"{env_id}: the env returned reward {float(bad[0])!r}, outside the reward range [{low}, {high}] read "
+            "at set-up (from the env's reward_range or from compute_reward on probe goals), which bounds the TD "
+            "targets; declare the env's true range as its `reward_range` attribute, or set agent.q_clip "
+            "yourself (null disables the bound)."
+        )

@@ -2,7 +2,8 @@
 
 Four separate pieces, composed by ``HerReplayBuffer`` (semantics: ``docs/semantics.md``):
 
-- ``EpisodeStorage``: where data lives (whole episodes, states once, ring overwrite by whole episodes);
+- ``EpisodeStorage``: where data lives (whole episodes, states once, ring overwrite by whole episodes), with its
+  ``EpisodeWriter`` staging each env's episode in progress;
 - a ``Sampler`` (``UniformSampler``, ``PrioritizedSampler``): which transitions are drawn;
 - a ``Relabeler`` (``FutureGoals``, ``FinalGoal``, ``EpisodeGoals``, ``MixedGoals``, ``NoRelabel``; by name
   ``make_relabeler("future", k)``): which goal they get;
@@ -42,12 +43,14 @@ from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, make_retu
 from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import EpisodeStorage, storage_from_env
 from .trees import MaxTree, MinTree, SegmentTree, SumTree
+from .writer import EpisodeWriter
 
 __all__ = [
     "STRATEGIES",
     "Batch",
     "EpisodeGoals",
     "EpisodeStorage",
+    "EpisodeWriter",
     "FinalGoal",
     "FutureGoals",
     "GoalRelabeler",

@@ -7,8 +7,8 @@ the env's reward, the per-step info arrays a reward function needs, whether it e
 true termination and (goal storages) a copy of the next state's achieved goal, which the 1-step reward reads
 without another random access. The next state of the transition in slot ``i`` is slot ``i + 1`` (mod the ring size).
 
-Steps coming from ``n_envs`` parallel envs are staged per env and written to the ring only when their episode
-ends, so only complete episodes are ever sampled and episodes never mix. When the ring is full the oldest whole
+Steps coming from ``n_envs`` parallel envs are staged per env (``her.writer.EpisodeWriter``, ``storage.writer``)
+and written to the ring only when their episode ends, so only complete episodes are ever sampled and episodes never mix. When the ring is full the oldest whole
 episodes are dropped.
 """
 
@@ -17,10 +17,11 @@ from __future__ import annotations
 import operator
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from .writer import EpisodeWriter
 
 __all__ = ["EpisodeStorage", "StorageListener", "storage_from_env"]
 
@@ -31,15 +32,6 @@ class StorageListener(Protocol):
     def on_transitions_added(self, slots: np.ndarray) -> None: ...
 
     def on_transitions_removed(self, slots: np.ndarray) -> None: ...
-
-
-@dataclass
-class _Stage:
-    """Per-env staging arrays of the episode in progress (grow by doubling)."""
-
-    length: int = 0  # transitions staged so far
-    started: bool = False  # s_0 staged
-    too_long: bool = False  # passed the capacity: refused, its remaining steps are dropped until it ends
 
 
 def _shape(x: Any, name: str = "shape") -> tuple[int, ...]:
@@ -130,7 +122,7 @@ class EpisodeStorage:
         self.n_transitions = 0
         self.n_episodes_added = 0
         self._listeners: list[StorageListener] = []
-        self._stages = [self._new_stage() for _ in range(self.n_envs)]
+        self.writer = EpisodeWriter(self)  # per-env staging of the episodes in progress
 
     def _record_dtype(self) -> np.dtype:
         fields = [("observation", np.float32, self.observation_shape)]
@@ -156,6 +148,9 @@ class EpisodeStorage:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        if "writer" not in state:  # pickled before the writer was split out: its staged steps are dropped
+            self.__dict__.pop("_stages", None)
+            self.writer = EpisodeWriter(self)
         if self.dtype != self._record_dtype():  # pickled by a version without the next-achieved-goal copy
             old, self.dtype = self.data, self._record_dtype()
             self.data = np.zeros(len(old), self.dtype)
@@ -341,40 +336,7 @@ class EpisodeStorage:
         for listener in self._listeners:
             listener.on_transitions_removed(states[:-1])
 
-    # ------------------------------------------------------------------ step-wise adding
-    def _new_stage(self, size: int | None = None) -> dict[str, Any]:
-        L = size or self.max_episode_steps
-        st: dict[str, Any] = {"meta": _Stage()}
-        st["observation"] = np.zeros((L + 1, *self.observation_shape), np.float32)
-        if self.has_goals:
-            st["achieved_goal"] = np.zeros((L + 1, *self.goal_shape), np.float32)
-            st["desired_goal"] = np.zeros((L + 1, *self.goal_shape), np.float32)
-        st["action"] = np.zeros((L, *self.action_shape), np.float32)
-        st["reward"] = np.zeros(L, np.float32)
-        for k, shp in self.info_shapes.items():
-            st["info." + k] = np.zeros((L, *shp), np.float32)
-        return st
-
-    def _grow_stage(self, env: int) -> None:
-        old = self._stages[env]
-        L = old["reward"].shape[0]
-        if L >= self.capacity:
-            raise ValueError(
-                f"env {env}: episode passed the storage capacity of {self.capacity} transitions without ending; "
-                "raise `capacity` or end episodes sooner"
-            )
-        new = self._new_stage(min(2 * L, self.capacity))
-        n = old["meta"].length
-        for k, arr in old.items():
-            if k != "meta":
-                new[k][: n + (1 if arr.shape[0] == L + 1 else 0)] = arr[: n + (1 if arr.shape[0] == L + 1 else 0)]
-        new["meta"] = old["meta"]
-        self._stages[env] = new
-
-    def _check(self, name: str, arr: np.ndarray, shape: tuple[int, ...]) -> None:
-        if arr.shape != shape:
-            raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {arr.shape}")
-
+    # ------------------------------------------------------------------ step-wise adding (EpisodeWriter)
     def add(
         self,
         observation: Mapping[str, np.ndarray] | np.ndarray,
@@ -404,110 +366,15 @@ class EpisodeStorage:
         Raises:
             ValueError: wrong shapes, missing keys; NaN/inf is detected when the episode is stored.
         """
-        n = self.n_envs
-        goals = self.goal_shape is not None
-        if goals:
-            if not (type(observation) is dict or isinstance(observation, Mapping)) or not (
-                    type(next_observation) is dict or isinstance(next_observation, Mapping)):
-                raise ValueError("this storage keeps goals: observations must be dicts with keys "
-                                 "'observation', 'achieved_goal', 'desired_goal'")
-            try:
-                obs, ag, dg = observation["observation"], observation["achieved_goal"], observation["desired_goal"]
-                nobs = next_observation["observation"]
-                nag, ndg = next_observation["achieved_goal"], next_observation["desired_goal"]
-            except KeyError:
-                for which, d in (("observation", observation), ("next_observation", next_observation)):
-                    missing = sorted({"observation", "achieved_goal", "desired_goal"} - set(d))
-                    if missing:
-                        raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs "
-                                         f"'observation', 'achieved_goal', 'desired_goal'; got {sorted(d)})") from None
-                raise
-        else:
-            obs, nobs = observation, next_observation
-        if self.validate:
-            self._check("observation", np.asarray(obs), (n, *self.observation_shape))
-            self._check("next_observation", np.asarray(nobs), (n, *self.observation_shape))
-            if goals:
-                for nm, a in (("achieved_goal", ag), ("desired_goal", dg), ("next achieved_goal", nag),
-                              ("next desired_goal", ndg)):
-                    self._check(nm, np.asarray(a), (n, *self.goal_shape))
-            self._check("action", np.asarray(action), (n, *self.action_shape))
-            self._check("reward", np.asarray(reward), (n,))
-            self._check("terminated", np.asarray(terminated), (n,))
-            self._check("truncated", np.asarray(truncated), (n,))
-            missing = set(self.info_shapes) - set(info or {})
-            if missing:
-                raise ValueError(f"info is missing keys {sorted(missing)} (expected {sorted(self.info_shapes)})")
-            for k, shp in self.info_shapes.items():
-                self._check("info." + k, np.asarray(info[k]), (n, *shp))
-        done = np.logical_or(terminated, truncated)
-        any_done = bool(done.any())
-        # One env's refused episode (too long, NaN) must not cost the other envs their step: stage every env's
-        # step, commit the ended episodes, and raise the first error at the end.
-        error: ValueError | None = None
-        for e in range(n):
-            st = self._stages[e]
-            meta = st["meta"]
-            t = meta.length
-            if meta.too_long:  # drop the rest of a refused episode, up to its end
-                if done[e]:
-                    st["meta"] = _Stage()
-                continue
-            if t >= st["reward"].shape[0]:
-                try:
-                    self._grow_stage(e)
-                except ValueError as exc:
-                    meta.too_long, error = True, error or exc
-                    if done[e]:
-                        st["meta"] = _Stage()
-                    continue
-                st = self._stages[e]
-            if not meta.started:
-                st["observation"][0] = obs[e]
-                if goals:
-                    st["achieved_goal"][0] = ag[e]
-                    st["desired_goal"][0] = dg[e]
-                meta.started = True
-            st["observation"][t + 1] = nobs[e]
-            if goals:
-                st["achieved_goal"][t + 1] = nag[e]
-                st["desired_goal"][t + 1] = ndg[e]
-            st["action"][t] = action[e]
-            st["reward"][t] = reward[e]
-            for k in self.info_shapes:
-                st["info." + k][t] = info[k][e]
-            meta.length = t + 1
-        stored = []
-        for e in np.flatnonzero(done) if any_done else ():
-            if self._stages[e]["meta"].length == 0:  # a refused too-long episode ended here
-                continue
-            try:
-                stored.append(self._commit(int(e), bool(terminated[e])))
-            except ValueError as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return stored
-
-    def _commit(self, env: int, terminated: bool) -> tuple[int, int]:
-        st = self._stages[env]
-        T = st["meta"].length
-        st["meta"] = _Stage()
-        kw: dict[str, Any] = {}
-        if self.has_goals:
-            kw = {"achieved_goal": st["achieved_goal"][: T + 1], "desired_goal": st["desired_goal"][: T + 1]}
-        info = {k: st["info." + k][:T] for k in self.info_shapes}
-        return self.add_episode(st["observation"][: T + 1], st["action"][:T], st["reward"][:T],
-                                terminated=terminated, info=info, **kw)
+        return self.writer.add(observation, action, reward, next_observation, terminated, truncated, info)
 
     def discard_in_progress(self, env: int | None = None) -> None:
         """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset."""
-        for e in range(self.n_envs) if env is None else [env]:
-            self._stages[e]["meta"] = _Stage()
+        self.writer.discard_in_progress(env)
 
     def in_progress_lengths(self) -> list[int]:
         """Transitions staged per env for episodes not yet ended."""
-        return [st["meta"].length for st in self._stages]
+        return self.writer.in_progress_lengths()
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self, copy: bool = True) -> dict[str, Any]:

@@ -11,7 +11,8 @@ Semantics checked here (README "Training", ``agents/checkpoint.py``, ``agents/lo
 - ``metrics.csv`` keeps its rows up to the checkpoint's env steps unchanged; rows the killed run logged after
   its checkpoint are dropped (their evaluations are redone). So after the resume the file has exactly one row
   per evaluation, ``env_steps`` strictly increasing.
-- W&B: the resumed run reuses the checkpoint's run id (``resume="allow"``).
+- W&B: the resumed run reuses the checkpoint's run id (``resume="allow"``); W&B gets a row once its checkpoint
+  is written, so over the killed and the resumed run it holds every ``metrics.csv`` row once, in step order.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ import torch
 from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 from agents.config import load_config
 from agents.train import train
+
+sys.path.insert(0, str(Path(__file__).parent))
+from wandb_reader import history_rows, run_files
 
 EVAL_EVERY = 500
 TOTAL = 2000
@@ -134,9 +138,14 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
     assert _episodes(final_replay) == TOTAL // 50
     assert int(final_replay["storage/scalars"][3]) == TOTAL // 50  # episodes ever added
     assert _leftovers(run_dir) == []
-    # Both W&B offline runs (killed and resumed) carry the same run id.
+    # Both W&B offline runs (killed and resumed) carry the same run id, and together hold every metrics.csv
+    # row once, in step order (a row goes to W&B only once its checkpoint is written; none is redone).
     runs = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
-    assert len(runs) == 2 and all(r.endswith(f"-{wandb_id}") for r in runs), runs
+    files = run_files(run_dir / "wandb", wandb_id)
+    assert len(runs) == 2 and len(files) == 2, runs
+    logged = [r for f in files for r in history_rows(f) if "eval/success_rate" in r]
+    assert [r["env_steps"] for r in logged] == got
+    assert [pytest.approx(r["eval/success_rate"]) for r in logged] == [float(r["eval/success_rate"]) for r in rows]
 
 
 def _small_cfg(run_dir: Path, *extra: str):

@@ -1,0 +1,208 @@
+"""Step-wise writing: per-env staging of the episodes in progress, handed to the storage whole when they end.
+
+``EpisodeStorage.add`` delegates here; a storage holds one ``EpisodeWriter`` (``storage.writer``). Semantics:
+``docs/semantics.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .storage import EpisodeStorage
+
+__all__ = ["EpisodeWriter"]
+
+_GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
+
+
+class _EnvStage:
+    """The staged episode of one env: arrays for states ``s_0..s_t`` and transitions ``0..t-1`` (grown by
+    doubling up to the storage capacity), its length and whether it was refused."""
+
+    def __init__(self, storage: EpisodeStorage, size: int | None = None) -> None:
+        L = size or storage.max_episode_steps
+        self.size = L
+        self.arrays: dict[str, np.ndarray] = {"observation": np.zeros((L + 1, *storage.observation_shape), np.float32)}
+        if storage.has_goals:
+            self.arrays["achieved_goal"] = np.zeros((L + 1, *storage.goal_shape), np.float32)
+            self.arrays["desired_goal"] = np.zeros((L + 1, *storage.goal_shape), np.float32)
+        self.arrays["action"] = np.zeros((L, *storage.action_shape), np.float32)
+        self.arrays["reward"] = np.zeros(L, np.float32)
+        for k, shp in storage.info_shapes.items():
+            self.arrays["info." + k] = np.zeros((L, *shp), np.float32)
+        self.reset()
+
+    def reset(self) -> None:
+        self.length = 0  # transitions staged so far
+        self.started = False  # s_0 staged
+        self.too_long = False  # passed the capacity: refused, its remaining steps are dropped until it ends
+
+    def grown(self, storage: EpisodeStorage, env: int) -> _EnvStage:
+        """A stage of twice the size holding this one's data.
+
+        Raises:
+            ValueError: the episode already has ``storage.capacity`` transitions.
+        """
+        if self.size >= storage.capacity:
+            raise ValueError(
+                f"env {env}: episode passed the storage capacity of {storage.capacity} transitions without ending; "
+                "raise `capacity` or end episodes sooner"
+            )
+        new = _EnvStage(storage, min(2 * self.size, storage.capacity))
+        for k, arr in self.arrays.items():
+            n = self.length + (1 if arr.shape[0] == self.size + 1 else 0)  # states: one more than transitions
+            new.arrays[k][:n] = arr[:n]
+        new.length, new.started, new.too_long = self.length, self.started, self.too_long
+        return new
+
+
+class EpisodeWriter:
+    """Stages one step of every env at a time and stores each env's episode in the storage when it ends.
+
+    Args:
+        storage: the ``EpisodeStorage`` to write complete episodes to (``storage.add_episode``).
+    """
+
+    def __init__(self, storage: EpisodeStorage) -> None:
+        self.storage = storage
+        self._stages = [_EnvStage(storage) for _ in range(storage.n_envs)]
+
+    def add(
+        self,
+        observation: Mapping[str, np.ndarray] | np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_observation: Mapping[str, np.ndarray] | np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: Mapping[str, np.ndarray] | None = None,
+    ) -> list[tuple[int, int]]:
+        """One step of every env; see ``EpisodeStorage.add`` for the arguments.
+
+        Returns:
+            (start slot, T) of each episode stored by this call.
+        Raises:
+            ValueError: wrong shapes, missing keys, an episode longer than the capacity, NaN/inf (detected when
+                the episode is stored). One env's refused episode does not cost the other envs their step.
+        """
+        st = self.storage
+        obs, nobs = self._split(observation, next_observation)
+        if st.validate:
+            self._validate(obs, nobs, action, reward, terminated, truncated, info)
+        done = np.logical_or(terminated, truncated)
+        error: ValueError | None = None
+        for e in range(st.n_envs):
+            try:
+                self._stage(e, obs, nobs, action, reward, info, bool(done[e]))
+            except ValueError as exc:
+                error = error or exc
+        stored = []
+        for e in np.flatnonzero(done) if done.any() else ():
+            if self._stages[e].length == 0:  # a refused too-long episode ended here
+                continue
+            try:
+                stored.append(self._commit(int(e), bool(terminated[e])))
+            except ValueError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return stored
+
+    def _split(self, observation: Any, next_observation: Any) -> tuple[dict | np.ndarray, dict | np.ndarray]:
+        """The observations as given, checked to be goal dicts for a goal storage."""
+        if not self.storage.has_goals:
+            return observation, next_observation
+        for which, d in (("observation", observation), ("next_observation", next_observation)):
+            if not (type(d) is dict or isinstance(d, Mapping)):
+                raise ValueError("this storage keeps goals: observations must be dicts with keys "
+                                 "'observation', 'achieved_goal', 'desired_goal'")
+            if not all(k in d for k in _GOAL_KEYS):
+                missing = sorted(set(_GOAL_KEYS) - set(d))
+                raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs "
+                                 f"'observation', 'achieved_goal', 'desired_goal'; got {sorted(d)})")
+        return observation, next_observation
+
+    def _validate(self, obs, nobs, action, reward, terminated, truncated, info) -> None:
+        st, n = self.storage, self.storage.n_envs
+
+        def check(name: str, arr: Any, shape: tuple[int, ...]) -> None:
+            if np.shape(arr) != shape:
+                raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {np.shape(arr)}")
+
+        goals = st.has_goals
+        check("observation", obs["observation"] if goals else obs, (n, *st.observation_shape))
+        check("next_observation", nobs["observation"] if goals else nobs, (n, *st.observation_shape))
+        if goals:
+            for name, arr in (("achieved_goal", obs["achieved_goal"]), ("desired_goal", obs["desired_goal"]),
+                              ("next achieved_goal", nobs["achieved_goal"]),
+                              ("next desired_goal", nobs["desired_goal"])):
+                check(name, arr, (n, *st.goal_shape))
+        check("action", action, (n, *st.action_shape))
+        check("reward", reward, (n,))
+        check("terminated", terminated, (n,))
+        check("truncated", truncated, (n,))
+        missing = set(st.info_shapes) - set(info or {})
+        if missing:
+            raise ValueError(f"info is missing keys {sorted(missing)} (expected {sorted(st.info_shapes)})")
+        for k, shp in st.info_shapes.items():
+            check("info." + k, info[k], (n, *shp))
+
+    def _stage(self, e: int, obs, nobs, action, reward, info, done: bool) -> None:
+        """Write env ``e``'s step into its stage (a refused episode's steps are dropped until it ends)."""
+        stage = self._stages[e]
+        if stage.too_long:
+            if done:
+                stage.reset()
+            return
+        if stage.length >= stage.size:
+            try:
+                stage = self._stages[e] = stage.grown(self.storage, e)
+            except ValueError:
+                stage.too_long = True
+                if done:
+                    stage.reset()
+                raise
+        a, t, goals = stage.arrays, stage.length, self.storage.has_goals
+        if not stage.started:
+            if goals:
+                a["observation"][0] = obs["observation"][e]
+                a["achieved_goal"][0] = obs["achieved_goal"][e]
+                a["desired_goal"][0] = obs["desired_goal"][e]
+            else:
+                a["observation"][0] = obs[e]
+            stage.started = True
+        if goals:
+            a["observation"][t + 1] = nobs["observation"][e]
+            a["achieved_goal"][t + 1] = nobs["achieved_goal"][e]
+            a["desired_goal"][t + 1] = nobs["desired_goal"][e]
+        else:
+            a["observation"][t + 1] = nobs[e]
+        a["action"][t] = action[e]
+        a["reward"][t] = reward[e]
+        for k in self.storage.info_shapes:
+            a["info." + k][t] = info[k][e]
+        stage.length = t + 1
+
+    def _commit(self, env: int, terminated: bool) -> tuple[int, int]:
+        stage = self._stages[env]
+        a, T = stage.arrays, stage.length
+        stage.reset()
+        kw: dict[str, Any] = {}
+        if self.storage.has_goals:
+            kw = {"achieved_goal": a["achieved_goal"][: T + 1], "desired_goal": a["desired_goal"][: T + 1]}
+        info = {k: a["info." + k][:T] for k in self.storage.info_shapes}
+        return self.storage.add_episode(a["observation"][: T + 1], a["action"][:T], a["reward"][:T],
+                                        terminated=terminated, info=info, **kw)
+
+    def discard_in_progress(self, env: int | None = None) -> None:
+        """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset."""
+        for e in range(self.storage.n_envs) if env is None else [env]:
+            self._stages[e].reset()
+
+    def in_progress_lengths(self) -> list[int]:
+        """Transitions staged per env for episodes not yet ended."""
+        return [stage.length for stage in self._stages]

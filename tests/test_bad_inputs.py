@@ -1,0 +1,167 @@
+"""Every bad input to ``her-train`` is one line naming the key, what was expected and what came, with nothing
+written or deleted (issue 14, item 6). In-process ``train_main`` calls: config errors stop before any env."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.checkpoint import load_checkpoint
+from agents.cli import train_main
+from agents.config import load_config
+from agents.train import train
+
+TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
+        "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false",
+        "log.wandb.mode=disabled"]
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str]:
+    code = train_main(argv)
+    err = capsys.readouterr().err
+    return code, err
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("her-train: error: "), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("override, expect", [
+    ("train.total_env_steps=1e5", "train.total_env_steps must be an integer, got '1e5' (float)"),
+    ("agent.actor_lr=fast", "agent.actor_lr must be a number, got 'fast' (str)"),
+    ("agent.hidden=64", "agent.hidden must be a list of integers, got 64 (int)"),
+    ("agent.hidden=[]", "agent.hidden must be a non-empty list of positive integers"),
+    ("env.eval_envs=0", "env.eval_envs must be >= 1, got 0"),
+    ("agent.noise_std=-1", "agent.noise_std must be >= 0, got -1"),
+    ("train.warmup_steps=-5", "train.warmup_steps must be >= 0, got -5"),
+    ("log.wandb.tags=a", "log.wandb.tags must be a list of strings, got 'a'"),
+    ("replay.beta0=2", "replay.beta0 must be in [0, 1], got 2.0"),
+    ("agent.layer_norm=3", "agent.layer_norm must be true or false, got 3 (int)"),
+    ("train.nonsense=1", "unknown key 'train.nonsense'; valid keys: env.id"),
+])
+def test_bad_override_is_one_line_naming_key_expected_and_got(tmp_path, capsys, override, expect):
+    code, err = _run(capsys, ["fetch_reach_ddpg", override, f"log.run_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert expect in _one_error_line(err)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("train:\n  seed: [1,\n", "got text that does not parse (did not find expected node content at line 3"),
+    ("- train.seed=1\n- algo=td3\n", "expected a YAML mapping of settings (key: value), got a list"),
+    ("train:\n\tseed: 1\n", "YAML does not allow tabs for indentation"),
+    ("", "got an empty file"),
+    ("# nothing here\n", "got an empty file"),
+    ("42\n", "expected a YAML mapping of settings (key: value), got int"),
+])
+def test_bad_yaml_file_is_one_line(tmp_path, capsys, text, expect):
+    path = tmp_path / "my.yaml"
+    path.write_text(text)
+    code, err = _run(capsys, [str(path)])
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"config {path}: " in line and expect in line, line
+
+
+def test_print_config_takes_overrides(capsys):
+    assert train_main(["fetch_reach_ddpg", "--print-config", "train.seed=7", "algo=td3"]) == 0
+    out = capsys.readouterr().out
+    assert "seed: 7" in out and "algo: td3" in out and "id: FetchReach-v4" in out
+
+
+def test_unwritable_run_dir_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={blocker / 'run'}", *TINY])
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"log.run_dir: cannot create {blocker / 'run'}" in line and "Not a directory" in line, line
+
+
+def test_cuda_device_without_cuda_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, err = _run(capsys, ["fetch_reach_ddpg", "train.device=cuda", f"log.run_dir={tmp_path / 'run'}", *TINY])
+    assert code == 2
+    line = _one_error_line(err)
+    assert "train.device must be a device this machine has" in line and "got 'cuda'" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "run"
+    real, calls = torch.save, []
+
+    def save(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
+                              f"log.run_dir={run_dir}", *TINY])
+    assert code == 1
+    line = _one_error_line(err)
+    assert "No space left on device" in line, line
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 100
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A 100-step FetchReach run with its replay saved."""
+    run_dir = tmp_path_factory.mktemp("done") / "run"
+    train(load_config("fetch_reach_ddpg", ["train.total_env_steps=100", "train.eval_every=100",
+                                           "log.save_replay=true", f"log.run_dir={run_dir}", *TINY]))
+    return run_dir
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns(".lock"))
+    return dst
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["fetch_reach_ddpg"], "continues the run with its own config: drop the config 'fetch_reach_ddpg'"),
+    (["log.run_dir=/tmp/elsewhere"], "log.run_dir cannot be set with --resume"),
+    (["env.id=FetchPush-v4"], "env.id cannot change on --resume: the run has 'FetchReach-v4', got 'FetchPush-v4'"),
+    (["algo=td3"], "algo cannot change on --resume: the run has 'ddpg', got 'td3'"),
+    (["agent.hidden=[32,32]"], "agent.hidden cannot change on --resume: the run has [16], got [32, 32]"),
+    (["--overwrite"], "--overwrite starts a fresh run; it cannot be combined with --resume"),
+])
+def test_resume_refuses_what_cannot_change(finished_run, tmp_path, capsys, args, expect):
+    run_dir = _copy(finished_run, tmp_path)
+    before = sorted(p.name for p in run_dir.iterdir())
+    code, err = _run(capsys, ["--resume", str(run_dir), *args])
+    assert code == 2
+    assert expect in _one_error_line(err)
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_resume_accepts_steps_logging_and_eval_overrides(finished_run, tmp_path, capsys):
+    run_dir = _copy(finished_run, tmp_path)
+    code = train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50",
+                       "train.eval_episodes=2", "env.eval_envs=2", "log.progress=false"])
+    assert code == 0, capsys.readouterr().err
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == 150
+    assert state["config"]["train"]["eval_every"] == 50
+
+
+@pytest.mark.parametrize("victim", ["checkpoint.pt", "replay.npz"])
+def test_resume_with_a_truncated_file_is_one_line(finished_run, tmp_path, capsys, victim):
+    run_dir = _copy(finished_run, tmp_path)
+    data = (run_dir / victim).read_bytes()
+    (run_dir / victim).write_bytes(data[: len(data) // 2])
+    code, err = _run(capsys, ["--resume", str(run_dir), "train.total_env_steps=200"])
+    assert code == 2
+    line = _one_error_line(err)
+    kind = "checkpoint" if victim == "checkpoint.pt" else "replay"
+    assert f"{kind} {run_dir / victim} cannot be read" in line and "truncated or corrupt" in line, line

@@ -1,0 +1,341 @@
+"""Runs that never block and never lose what they logged (issue 14): W&B fallback and final state, SIGINT /
+SIGTERM checkpoints, W&B rows after stop + resume, run-directory ownership. Tiny FetchReach runs, seconds each.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents import run_control
+from agents.checkpoint import load_checkpoint
+from agents.config import load_config
+from agents.logger import RunLogger
+from agents.run_control import RunDirInUse, RunDirLock, prepare_run_dir
+from agents.train import train
+
+sys.path.insert(0, str(Path(__file__).parent))
+from wandb_reader import final_state, history_rows, run_files
+
+TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
+        "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false"]
+FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _env(**extra: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update({k: v for k, v in extra.items() if v is not None})
+    return env
+
+
+def _cli(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agents.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
+
+
+def _csv_steps(run_dir: Path) -> list[int]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [int(r["env_steps"]) for r in csv.DictReader(f)]
+
+
+def _wandb_steps(run_dir: Path, run_id: str) -> list[int]:
+    """``env_steps`` of the evaluation rows W&B got, over every process that logged to the run, in order."""
+    files = run_files(run_dir / "wandb", run_id)
+    assert files, f"no W&B files of run {run_id} in {run_dir / 'wandb'}"
+    return [int(r["env_steps"]) for f in files for r in history_rows(f) if "eval/success_rate" in r]
+
+
+def _small_cfg(run_dir: Path, *extra: str, mode: str = "offline"):
+    return load_config("fetch_reach_ddpg", ["train.total_env_steps=300", "train.eval_every=100",
+                                            f"log.run_dir={run_dir}", f"log.wandb.mode={mode}", *TINY, *extra])
+
+
+# ---------------------------------------------------------------------------------------------------- W&B
+
+
+@pytest.mark.parametrize("case", ["key_without_server", "online_without_key"])
+def test_wandb_online_init_that_cannot_connect_falls_back_to_offline(tmp_path, case):
+    run_dir = tmp_path / "run"
+    if case == "key_without_server":  # a key, and a server address nothing listens on
+        env = _env(WANDB_API_KEY=FAKE_KEY, WANDB_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path))
+    else:
+        env = _env(HOME=str(tmp_path))  # no key, no netrc
+    proc = _cli(["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100", f"log.run_dir={run_dir}",
+                 "log.wandb.mode=online", "log.wandb.init_timeout_s=3", *TINY], env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    warnings = [line for line in out.splitlines() if line.startswith("W&B: cannot log online")]
+    assert len(warnings) == 1, out[-3000:]
+    assert "logging offline" in warnings[0] and "wandb sync" in warnings[0]
+    assert "Traceback" not in out and "Weave" not in out and "wandb:" not in out, out[-3000:]
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == 200
+    files = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1, files
+    assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
+    exit_code, summary = final_state(files[0])
+    assert exit_code == 0 and summary["run_status"] == "finished"
+
+
+def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):
+    for k in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    timeout = 3.0
+    cfg = _small_cfg(tmp_path / "run", f"log.wandb.init_timeout_s={timeout}", mode="online")
+    (tmp_path / "run").mkdir()
+    import wandb
+
+    real_init, calls = wandb.init, []
+
+    def timed_init(*args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return real_init(*args, **kwargs)
+        finally:
+            calls.append((kwargs["mode"], time.monotonic() - t0))
+
+    monkeypatch.setattr(wandb, "init", timed_init)
+    logger = RunLogger(cfg, tmp_path / "run")
+    try:
+        assert logger.mode == "offline" and logger.run is not None
+        assert [mode for mode, _ in calls] == ["online", "offline"]
+        online_s = calls[0][1]
+        assert timeout <= online_s < timeout + 60, calls  # gives up after init_timeout_s (a margin for busy CI)
+    finally:
+        logger.finish()
+
+
+def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    import agents.train as train_mod
+
+    calls = []
+    real = train_mod.learn_step
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 30:
+            raise RuntimeError("simulated failure in the update")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "learn_step", failing)
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(_small_cfg(tmp_path / "run"))
+    (f,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    exit_code, summary = final_state(f)
+    assert exit_code == 1
+    assert summary["run_status"] == "crashed"
+    assert summary["error"] == "RuntimeError: simulated failure in the update"
+
+
+def _start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
+    with open(log, "w") as f:
+        return subprocess.Popen([sys.executable, "-m", "agents.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+                                env=env)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {path.name} appeared"
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig, code, status", [(signal.SIGTERM, 143, "terminated"),
+                                               (signal.SIGINT, 130, "interrupted")])
+def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_path, sig, code, status):
+    run_dir = tmp_path / "run"
+    env = _env(WANDB_MODE="offline")
+    total = 20_000  # far more than runs before the signal: the run must stop on it
+    proc = _start(["fetch_reach_ddpg", f"train.total_env_steps={total}", "train.eval_every=100",
+                   f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
+    try:
+        _wait_for(run_dir / "checkpoint.pt", proc)
+        time.sleep(0.3)  # mid-way between two evaluations
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = (tmp_path / "first.log").read_text()
+    assert proc.returncode == code, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    stop_lines = [line for line in out.splitlines() if "stopped by" in line]
+    assert len(stop_lines) == 1 and signal.Signals(sig).name in stop_lines[0] and "--resume" in stop_lines[0]
+
+    state = load_checkpoint(run_dir / "checkpoint.pt")  # the state at the signal, not the last evaluation's
+    steps = state["counters"]["env_steps"]
+    assert f"at {steps} env steps" in stop_lines[0]
+    assert 100 <= steps < total
+    (first,) = run_files(run_dir / "wandb", state["wandb_id"])
+    exit_code, summary = final_state(first)
+    assert exit_code == code and summary["run_status"] == status
+    assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == list(range(100, steps + 1, 100))
+
+    end = (steps // 100 + 2) * 100
+    proc2 = _cli(["--resume", str(run_dir), f"train.total_env_steps={end}"], env)
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == end
+    expected = list(range(100, end + 1, 100))
+    assert _csv_steps(run_dir) == expected
+    assert _wandb_steps(run_dir, state["wandb_id"]) == expected  # each row once, in step order
+
+
+def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
+    """A stop between a checkpoint and its W&B row: the resumed run logs that row first."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "run"
+    real = RunLogger.checkpointed
+    calls = []
+
+    def dies_after_second_checkpoint(self):
+        calls.append(1)
+        if len(calls) == 2:  # checkpoint at 200 written, its row not yet sent to W&B
+            raise RuntimeError("simulated kill")
+        return real(self)
+
+    monkeypatch.setattr(RunLogger, "checkpointed", dies_after_second_checkpoint)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(_small_cfg(run_dir))
+    monkeypatch.undo()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == 200
+    assert _wandb_steps(run_dir, state["wandb_id"]) == [100]
+    assert _csv_steps(run_dir) == [100, 200]
+
+    train(_small_cfg(run_dir), resume=str(run_dir))
+    assert _csv_steps(run_dir) == [100, 200, 300]
+    assert _wandb_steps(run_dir, state["wandb_id"]) == [100, 200, 300]
+
+
+# ---------------------------------------------------------------------------------------------------- run dirs
+
+
+def _hold_lock(run_dir: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from agents.run_control import RunDirLock; RunDirLock(sys.argv[1]).acquire(); "
+        "print('locked', flush=True); time.sleep(120)"), str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_run_dir_in_use_is_refused_and_a_dead_owners_lock_is_taken_over(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    owner = _hold_lock(run_dir)
+    try:
+        with pytest.raises(RunDirInUse, match=f"in use by another run \\(pid {owner.pid} on "):
+            prepare_run_dir("FetchReach-v4", "ddpg", 0, str(run_dir), None)
+        with pytest.raises(RunDirInUse, match=f"pid {owner.pid}"):  # train refuses before building anything
+            train(_small_cfg(run_dir, mode="disabled"))
+        assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+    finally:
+        owner.kill()
+        owner.wait()
+    # The owner died (SIGKILL): its lock file is left, stale, and taken over.
+    assert f"pid {owner.pid}" in (run_dir / ".lock").read_text()
+    lock = prepare_run_dir("FetchReach-v4", "ddpg", 0, str(run_dir), None)
+    try:
+        assert (run_dir / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+        with pytest.raises(RunDirInUse):
+            RunDirLock(run_dir).acquire()
+    finally:
+        lock.release()
+    RunDirLock(run_dir).acquire().release()
+
+
+def test_default_run_dirs_started_in_the_same_second_never_collide(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run_control.time, "strftime", lambda fmt, *a: "20260101-120000")
+    locks = [prepare_run_dir("FetchReach-v4", "ddpg", 0, None, None) for _ in range(3)]
+    try:
+        names = [lock.run_dir.name for lock in locks]
+        assert names == ["FetchReach-v4-ddpg-s0-20260101-120000", "FetchReach-v4-ddpg-s0-20260101-120000-1",
+                         "FetchReach-v4-ddpg-s0-20260101-120000-2"]
+        assert all((tmp_path / "runs" / n).is_dir() for n in names)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_before_it_starts(tmp_path,
+                                                                                         monkeypatch):
+    run_dir = tmp_path / "run"
+    train(_small_cfg(run_dir, "train.total_env_steps=100", mode="disabled"))
+    before = {p: (run_dir / p).read_bytes() for p in ("checkpoint.pt", "metrics.csv")}
+    with pytest.raises(ValueError, match=r"holds a run's checkpoint.pt: continue that run with `her-train "
+                                         r"--resume .*`, or start a new one there with `--overwrite`"):
+        train(_small_cfg(run_dir, mode="disabled"))
+    assert {p: (run_dir / p).read_bytes() for p in before} == before
+
+    import agents.train as train_mod
+
+    def no_env(*args, **kwargs):
+        raise RuntimeError("simulated failure at start")
+
+    monkeypatch.setattr(train_mod, "make_vector_env", no_env)
+    with pytest.raises(RuntimeError, match="simulated failure at start"):
+        train(_small_cfg(run_dir, mode="disabled"), overwrite=True)
+    assert {p: (run_dir / p).read_bytes() for p in before} == before  # the old run is intact
+    monkeypatch.undo()
+
+    train(_small_cfg(run_dir, "train.total_env_steps=200", mode="disabled"), overwrite=True)
+    assert _csv_steps(run_dir) == [100, 200]  # the new run's rows only
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 200
+
+
+# ---------------------------------------------------------------------------------------------------- resume
+
+
+def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_path, monkeypatch):
+    """Without ``log.save_replay`` the storage restarts empty, but the importance-sampling exponent keeps
+    annealing from where the run stopped, not from beta0."""
+    import agents.train as train_mod
+
+    extra = ("replay.prioritized=true", "log.save_replay=false")
+    full = tmp_path / "full"
+    train(_small_cfg(full, *extra, mode="disabled"))
+    full_state = load_checkpoint(full / "checkpoint.pt")
+
+    real, calls = train_mod._checkpoint, []
+
+    def dies_after_second(*args, **kwargs):
+        real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("simulated kill after the checkpoint at 200")
+
+    monkeypatch.setattr(train_mod, "_checkpoint", dies_after_second)
+    run_dir = tmp_path / "resumed"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(_small_cfg(run_dir, *extra, mode="disabled"))
+    monkeypatch.undo()
+    mid = load_checkpoint(run_dir / "checkpoint.pt")
+    assert mid["counters"]["env_steps"] == 200 and not (run_dir / "replay.npz").exists()
+    assert mid["replay_schedule"]["n_samples"] == mid["counters"]["updates"] > 0
+
+    seen = []
+    real_load = train_mod._load_replay_schedule
+    monkeypatch.setattr(train_mod, "_load_replay_schedule",
+                        lambda replay, sched: (real_load(replay, sched), seen.append(replay.sampler.beta)))
+    train(_small_cfg(run_dir, *extra, mode="disabled"), resume=str(run_dir))
+    total_updates = int(300 * 0.4)
+    assert seen == [pytest.approx(0.4 + 0.6 * mid["counters"]["updates"] / total_updates)]  # not beta0
+    end = load_checkpoint(run_dir / "checkpoint.pt")
+    # The sampler counted on from the checkpoint: its count is every update of both processes (the resumed run
+    # does fewer updates than the uninterrupted one while its empty replay fills up again).
+    assert end["replay_schedule"]["n_samples"] == end["counters"]["updates"] > mid["counters"]["updates"]
+    assert full_state["replay_schedule"]["n_samples"] == full_state["counters"]["updates"]
