@@ -21,7 +21,7 @@ import her
 from agents.base import q_clip_for_env
 from agents.config import check_device
 from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
+from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state, write_atomic
 from agents.distributed import NullLogger, init_distributed  # DIST
 from agents.logger import RunLogger
 from agents.registry import make_agent
@@ -166,6 +166,9 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, stop: GracefulS
     run_dir, refusal = dist_ctx.broadcast_object((lock.run_dir if lock else None, refusal))  # DIST: rank 0's
     if refusal is not None:
         raise refusal
+    if dist_ctx.is_main:  # the resolved config beside metrics.csv (a resume rewrites it with its overrides)
+        text = OmegaConf.to_yaml(cfg).encode()
+        write_atomic(run_dir / "config.yaml", lambda f: f.write(text))
     env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
     rng = np.random.default_rng(t_cfg.seed)

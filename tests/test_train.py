@@ -55,6 +55,13 @@ def test_fetch_reach_cli_reaches_090_eval_success(reach_run):
     assert final >= 0.9, f"final eval success {final} (best {best}) after {REACH_BUDGET} env steps"
 
 
+def test_run_dir_holds_the_resolved_config_as_print_config_gives_it(reach_run):
+    proc = _cli("fetch_reach_ddpg", "--print-config", f"train.total_env_steps={REACH_BUDGET}", "train.eval_every=1000",
+                "train.eval_episodes=20", f"log.run_dir={reach_run}", "log.progress=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (reach_run / "config.yaml").read_text().strip() == proc.stdout.strip()
+
+
 def test_metrics_csv_has_every_logged_column(reach_run):
     rows = _csv(reach_run / "metrics.csv")
     for key in ("eval/success_rate", "train/success_rate", "env_steps", "episodes", "updates", "env_steps_per_s",
