@@ -224,7 +224,7 @@ def td_target(
 
 def freeze(params: nn.Module | Iterable[torch.Tensor], frozen: bool) -> None:
     """Turn ``requires_grad`` off (``frozen=True``) or back on for a module's parameters (or a list of them:
-    listing a module's parameters walks its submodules, ~8 us a call)."""
+    listing a module's parameters walks its submodules, which is slow in a hot loop)."""
     for p in params.parameters() if isinstance(params, nn.Module) else params:
         p.requires_grad_(not frozen)
 
@@ -313,7 +313,7 @@ class GoalConditionedAgentBase:
         each row is replaced by a uniform random action with probability ``random_eps``.
 
         On the CPU the policy runs in numpy on views of the actor's parameters (:func:`agents.networks.numpy_mlp`;
-        3x faster for the few rows of acting, same function); elsewhere in torch.
+        faster for the few rows of acting, same function); elsewhere in torch, with the networks in eval mode.
         """
         single = np.ndim(observation) == 1
         policy = self._numpy_policy()
@@ -326,6 +326,7 @@ class GoalConditionedAgentBase:
         else:
             obs_t = self._tensor(observation).reshape(-1, self.obs_dim)
             goal_t = self._tensor(desired_goal).reshape(-1, self.goal_dim)
+            self.set_training(False)
             with torch.no_grad():
                 action = self._policy(self.preprocess(obs_t, goal_t), deterministic)
             action = action.cpu().numpy()
@@ -440,6 +441,18 @@ class GoalConditionedAgentBase:
         out: dict[str, float | np.ndarray] = {k: float(v) for k, v in zip(names, host[: len(names)])}
         out["td_error"] = host[len(names) :].astype(np.float32, copy=True)
         return out
+
+    # ------------------------------------------------------------------ train / eval mode
+    def set_training(self, training: bool) -> None:
+        """Put the online networks in train (``update``) or eval (acting) mode, as ``nn.Module.train`` does, so
+        layers such as dropout or batch norm behave as they should in each; target networks stay in eval mode.
+        A no-op when the mode does not change."""
+        if self.__dict__.get("_training") is training:
+            return
+        for name, item in self._checkpoint_items().items():
+            if isinstance(item, nn.Module):
+                item.train(training and "target" not in name)
+        self._training = training
 
     # ------------------------------------------------------------------ checkpoint
     def _checkpoint_items(self) -> dict[str, Any]:

@@ -382,6 +382,7 @@ def _check_values(cfg: DictConfig) -> None:
         (0 <= cfg.replay.beta0 <= 1, "replay.beta0 must be in [0, 1]", cfg.replay.beta0),
         (cfg.replay.eps > 0, "replay.eps must be > 0", cfg.replay.eps),
         (cfg.train.warmup_steps >= 0, "train.warmup_steps must be >= 0", cfg.train.warmup_steps),
+        (0 <= cfg.train.seed < 2**32 - 10_000, "train.seed must be in [0, 2**32 - 10000)", cfg.train.seed),
         (cfg.train.learning_starts >= 0, "train.learning_starts must be >= 0", cfg.train.learning_starts),
         (cfg.train.torch_threads >= 1, "train.torch_threads must be >= 1", cfg.train.torch_threads),
         (cfg.log.video_every >= 0, "log.video_every must be >= 0", cfg.log.video_every),
@@ -456,16 +457,22 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 
 def _check_agent(cfg: DictConfig) -> None:
-    """Types and ranges of ``agent.*`` against the algorithm's config dataclass (unknown keys are left to
-    ``make_agent``, whose message lists the valid ones)."""
+    """Names, types and ranges of ``agent.*`` against the algorithm's config dataclass. ``seed``, ``device`` and
+    the torch threads are the loop's (``train.seed``, ``train.device``, ``train.torch_threads``)."""
     from agents.registry import AGENTS
 
     config_cls = AGENTS[cfg.algo][1]
     hints = typing.get_type_hints(config_cls)
     values = OmegaConf.to_container(cfg.agent, resolve=True)
-    for key, value in values.items():
+    owned = {"seed": "train.seed", "device": "train.device", "n_threads": "train.torch_threads"}
+    for key in values:
+        if key in owned:
+            raise ValueError(f"agent.{key} is set by the training loop: use {owned[key]}")
         if key not in hints:
-            continue
+            valid = sorted(k for k in hints if k not in owned)
+            raise ValueError(f"unknown key 'agent.{key}' for algo {cfg.algo!r}; valid agent keys: "
+                             f"{', '.join(valid)}")
+    for key, value in values.items():
         if not _type_ok(value, hints[key]):
             raise ValueError(f"agent.{key} must be {_describe_type(hints[key])}, got {value!r} "
                              f"({type(value).__name__})")

@@ -53,6 +53,7 @@ class DDPGAgent(GoalConditionedAgentBase):
     def update(self, batch) -> dict[str, float | np.ndarray]:
         """One critic and one actor step. Returns ``critic_loss``, ``actor_loss``, ``q_mean`` and ``td_error``
         (``|y - Q|``, ``[B]`` float32)."""
+        self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
         state = self.preprocess(b.observation, b.desired_goal)

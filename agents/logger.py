@@ -9,6 +9,7 @@ offline with one warning line, and the final upload waits at most ``log.wandb.fi
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -112,6 +113,10 @@ class RunLogger:
                            f"{self.run_dir / 'wandb'} instead (upload later with `wandb sync "
                            f"{self.run_dir / 'wandb'}/offline-run-*`)")
                 self.mode = "offline"
+                # The failed online stream keeps holding the run id in this process's W&B service (a resumed
+                # run's offline init would then fail with "run ID is in use"): shut that service down first.
+                with contextlib.suppress(Exception):
+                    wandb.teardown()
         # An offline init can fail too, e.g. "run ID is in use" while the W&B service of a killed process that
         # logged to this run has not yet noticed: retry for a while, then train without W&B.
         deadline = time.monotonic() + float(w.init_timeout_s)

@@ -260,7 +260,7 @@ class EnsembleCritic(nn.Module):
             if self.norms is not None:
                 h = self.norms[i](h, member)
             # in place (the matmul's backward needs its inputs, not this output) and never on a view: autograd
-            # handles an in-place op on a view with a copy of the whole base (DDPG: 5% of an update)
+            # handles an in-place op on a view with a copy of the whole base
             h = h.relu_()
         q = full_precision(self.head(h, member).squeeze(-1))
         return q if member is None else q.unsqueeze(0)

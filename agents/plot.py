@@ -136,7 +136,8 @@ def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="her-plot", description=__doc__.split("\n\n")[0],
-        usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M]")
+        usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M] "
+              "[--title T] [--table [STEPS ...]]")
     parser.add_argument("items", nargs="*", help="run directories, each group followed by --label NAME")
     parser.add_argument("--out", default="learning_curves.png", help="PNG to write")
     parser.add_argument("--metric", default="eval/success_rate")

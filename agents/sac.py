@@ -102,6 +102,7 @@ class SACAgent(GoalConditionedAgentBase):
         """One critic, actor and temperature step. Returns ``critic_loss`` (mean over critics),
         ``actor_loss``, ``q_mean``, ``alpha``, ``entropy`` (``-mean log pi``) and ``td_error``
         (``|y - Q_i|`` averaged over the critics, ``[B]`` float32)."""
+        self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
         state = self.preprocess(b.observation, b.desired_goal)

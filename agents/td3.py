@@ -83,6 +83,7 @@ class TD3Agent(GoalConditionedAgentBase):
         Returns ``critic_loss`` (mean over critics), ``actor_loss`` (latest), ``q_mean`` and ``td_error``
         (``|y - Q_i|`` averaged over the critics, ``[B]`` float32).
         """
+        self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
         state = self.preprocess(b.observation, b.desired_goal)

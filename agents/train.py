@@ -139,7 +139,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, stop: GracefulS
            cleanup: contextlib.ExitStack) -> TrainResult:
     dist_ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)  # DIST: 1-process no-op without torchrun
     cfg = dist_ctx.prepare_config(cfg)  # DIST: same config on all ranks, then train.seed + rank
-    t_cfg = OmegaConf.to_object(cfg.train)  # a plain TrainConfig: read in the loop, where DictConfig access costs ~8 us
+    t_cfg = OmegaConf.to_object(cfg.train)  # a plain TrainConfig: read in the loop, where DictConfig access is slow
     torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)

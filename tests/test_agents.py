@@ -543,3 +543,23 @@ def test_an_actor_numpy_cannot_mirror_acts_through_torch():
         state = agent.preprocess(torch.as_tensor(batch.observation), torch.as_tensor(batch.desired_goal))
         expected = agent._policy(state, deterministic=True).numpy()
     np.testing.assert_allclose(agent.act(batch.observation, batch.desired_goal, deterministic=True), expected)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_update_runs_in_train_mode_and_torch_acting_in_eval_mode(algo):
+    """Online networks are in train mode for ``update`` and in eval mode for torch acting (so dropout or batch
+    norm in a user's network behave); target networks always in eval mode."""
+    agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+    agent.actor.dropout = nn.Dropout(0.5)  # a submodule a user's variant could add: follows its parent's mode
+    agent._numpy_policy = lambda: None  # the torch acting path (the numpy mirror handles plain MLPs only)
+    items = agent._checkpoint_items().items()
+    online = [m for name, m in items if isinstance(m, nn.Module) and "target" not in name]
+    targets = [m for name, m in items if isinstance(m, nn.Module) and "target" in name]
+    assert online and targets
+    agent.update(make_batch(16))
+    assert all(m.training for m in online) and agent.actor.dropout.training
+    assert not any(m.training for m in targets)
+    agent.act(np.ones((4, OBS), np.float32), np.ones((4, GOAL), np.float32), deterministic=True)
+    assert not any(m.training for m in online + targets) and not agent.actor.dropout.training
+    agent.update(make_batch(16))
+    assert all(m.training for m in online) and not any(m.training for m in targets)

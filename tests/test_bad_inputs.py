@@ -45,6 +45,12 @@ def _one_error_line(err: str) -> str:
     ("replay.beta0=2", "replay.beta0 must be in [0, 1], got 2.0"),
     ("agent.layer_norm=3", "agent.layer_norm must be true or false, got 3 (int)"),
     ("train.nonsense=1", "unknown key 'train.nonsense'; valid keys: env.id"),
+    ("agent.hiden=64", "unknown key 'agent.hiden' for algo 'ddpg'; valid agent keys: action_l2, actor_lr"),
+    ("agent.device=cuda", "agent.device is set by the training loop: use train.device"),
+    ("agent.seed=5", "agent.seed is set by the training loop: use train.seed"),
+    ("train.seed=-1", "train.seed must be in [0, 2**32 - 10000), got -1"),
+    ("replay.strategy=bogus", "replay.strategy must be one of ('future', 'final', 'episode', 'mixed'), got 'bogus'"),
+    ("replay.other_desired_fraction=2", "replay.other_desired_fraction must be in [0, 1], got 2.0"),
 ])
 def test_bad_override_is_one_line_naming_key_expected_and_got(tmp_path, capsys, override, expect):
     code, err = _run(capsys, ["fetch_reach_ddpg", override, f"log.run_dir={tmp_path / 'run'}"])

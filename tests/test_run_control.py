@@ -83,6 +83,14 @@ def test_wandb_online_init_that_cannot_connect_falls_back_to_offline(tmp_path, c
     assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
     exit_code, summary = final_state(files[0])
     assert exit_code == 0 and summary["run_status"] == "finished"
+    if case == "key_without_server":  # a resume falls back the same way: one line, its rows in W&B
+        proc = _cli(["--resume", str(run_dir), "train.total_env_steps=300", "log.wandb.init_timeout_s=3"], env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]
+        assert [ln for ln in out.splitlines() if ln.startswith("W&B:")] == [
+            ln for ln in out.splitlines() if ln.startswith("W&B: cannot log online")] != [], out[-3000:]
+        assert len(glob.glob(str(run_dir / "wandb" / "offline-run-*"))) == 2
+        assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200, 300]
 
 
 def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):

@@ -1,0 +1,18 @@
+"""Print the README's FetchPush per-seed table: eval success of each results/push_default_s* run at every 10k."""
+
+import sys
+from pathlib import Path
+
+from agents.plot import read_metrics
+
+runs = sorted(Path("results").glob(sys.argv[1] if len(sys.argv) > 1 else "push_default_s*"))
+cols = None
+for d in runs:
+    r = read_metrics(d)
+    steps, succ = r["env_steps"].astype(int), r["eval/success_rate"]
+    if cols is None:
+        cols = steps
+        print("| seed | " + " | ".join(f"{s // 1000}k" for s in cols) + " |")
+        print("|---|" + "---|" * len(cols))
+    vals = {s: v for s, v in zip(steps, succ)}
+    print(f"| {d.name[-1]} | " + " | ".join(f"{vals[s]:.2f}" if s in vals else "-" for s in cols) + " |")
