@@ -198,7 +198,7 @@ def _resolve_env_id(env_id: str) -> None:
         gym.register_envs(gymnasium_robotics)
     if env_id in gym.registry:
         return
-    close = difflib.get_close_matches(env_id, list(FETCH_TASKS) + list(gym.registry), n=5, cutoff=0.5)
+    close = difflib.get_close_matches(env_id, list(dict.fromkeys([*FETCH_TASKS, *gym.registry])), n=5, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ValueError(
         f"Unknown env id {env_id!r}: it is not registered with gymnasium (gymnasium_robotics included)."

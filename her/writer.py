@@ -60,6 +60,12 @@ class _EnvStage:
         return new
 
 
+def _check_shape(name: str, arr: Any, shape: tuple[int, ...]) -> None:
+    got = arr.shape if type(arr) is np.ndarray else np.shape(arr)
+    if got != shape:
+        raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {got}")
+
+
 class EpisodeWriter:
     """Stages one step of every env at a time and stores each env's episode in the storage when it ends.
 
@@ -90,14 +96,14 @@ class EpisodeWriter:
                 the episode is stored). One env's refused episode does not cost the other envs their step.
         """
         st = self.storage
-        obs, nobs = self._split(observation, next_observation)
+        states = self._states(observation, next_observation)
         if st.validate:
-            self._validate(obs, nobs, action, reward, terminated, truncated, info)
+            self._validate(states, action, reward, terminated, truncated, info)
         done = np.logical_or(terminated, truncated)
         error: ValueError | None = None
         for e in range(st.n_envs):
             try:
-                self._stage(e, obs, nobs, action, reward, info, bool(done[e]))
+                self._stage(e, states, action, reward, info, bool(done[e]))
             except ValueError as exc:
                 error = error or exc
         stored = []
@@ -112,47 +118,54 @@ class EpisodeWriter:
             raise error
         return stored
 
-    def _split(self, observation: Any, next_observation: Any) -> tuple[dict | np.ndarray, dict | np.ndarray]:
-        """The observations as given, checked to be goal dicts for a goal storage."""
+    def _states(self, observation: Any, next_observation: Any) -> tuple:
+        """(observation, achieved_goal, desired_goal) of s_t, then of s_{t+1}; goals None for goal-free storage.
+
+        Raises:
+            ValueError: a goal storage given observations that are not dicts with the three keys.
+        """
         if not self.storage.has_goals:
-            return observation, next_observation
-        for which, d in (("observation", observation), ("next_observation", next_observation)):
-            if not (type(d) is dict or isinstance(d, Mapping)):
-                raise ValueError("this storage keeps goals: observations must be dicts with keys "
-                                 "'observation', 'achieved_goal', 'desired_goal'")
-            if not all(k in d for k in _GOAL_KEYS):
+            return observation, None, None, next_observation, None, None
+        try:  # the happy path costs three lookups a dict
+            return (observation["observation"], observation["achieved_goal"], observation["desired_goal"],
+                    next_observation["observation"], next_observation["achieved_goal"],
+                    next_observation["desired_goal"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            for which, d in (("observation", observation), ("next_observation", next_observation)):
+                if not isinstance(d, Mapping):
+                    raise ValueError("this storage keeps goals: observations must be dicts with keys "
+                                     "'observation', 'achieved_goal', 'desired_goal'") from None
                 missing = sorted(set(_GOAL_KEYS) - set(d))
-                raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs "
-                                 f"'observation', 'achieved_goal', 'desired_goal'; got {sorted(d)})")
-        return observation, next_observation
+                if missing:
+                    raise ValueError(f"{which} dict lacks the keys {missing} (a goal storage needs "
+                                     f"'observation', 'achieved_goal', 'desired_goal'; got {sorted(d)})") from None
+            raise
 
-    def _validate(self, obs, nobs, action, reward, terminated, truncated, info) -> None:
-        st, n = self.storage, self.storage.n_envs
-
-        def check(name: str, arr: Any, shape: tuple[int, ...]) -> None:
-            if np.shape(arr) != shape:
-                raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {np.shape(arr)}")
-
-        goals = st.has_goals
-        check("observation", obs["observation"] if goals else obs, (n, *st.observation_shape))
-        check("next_observation", nobs["observation"] if goals else nobs, (n, *st.observation_shape))
-        if goals:
-            for name, arr in (("achieved_goal", obs["achieved_goal"]), ("desired_goal", obs["desired_goal"]),
-                              ("next achieved_goal", nobs["achieved_goal"]),
-                              ("next desired_goal", nobs["desired_goal"])):
-                check(name, arr, (n, *st.goal_shape))
+    def _validate(self, states: tuple, action, reward, terminated, truncated, info) -> None:
+        st, n, check = self.storage, self.storage.n_envs, _check_shape
+        obs, ag, dg, nobs, nag, ndg = states
+        check("observation", obs, (n, *st.observation_shape))
+        check("next_observation", nobs, (n, *st.observation_shape))
+        if ag is not None:
+            g = (n, *st.goal_shape)
+            check("achieved_goal", ag, g)
+            check("desired_goal", dg, g)
+            check("next achieved_goal", nag, g)
+            check("next desired_goal", ndg, g)
         check("action", action, (n, *st.action_shape))
         check("reward", reward, (n,))
         check("terminated", terminated, (n,))
         check("truncated", truncated, (n,))
-        missing = set(st.info_shapes) - set(info or {})
-        if missing:
-            raise ValueError(f"info is missing keys {sorted(missing)} (expected {sorted(st.info_shapes)})")
-        for k, shp in st.info_shapes.items():
-            check("info." + k, info[k], (n, *shp))
+        if st.info_shapes:
+            missing = set(st.info_shapes) - set(info or {})
+            if missing:
+                raise ValueError(f"info is missing keys {sorted(missing)} (expected {sorted(st.info_shapes)})")
+            for k, shp in st.info_shapes.items():
+                check("info." + k, info[k], (n, *shp))
 
-    def _stage(self, e: int, obs, nobs, action, reward, info, done: bool) -> None:
-        """Write env ``e``'s step into its stage (a refused episode's steps are dropped until it ends)."""
+    def _stage(self, e: int, states: tuple, action, reward, info, done: bool) -> None:
+        """Write env ``e``'s step into its stage (a refused episode's steps are dropped until it ends).
+        ``states``: observation, achieved and desired goal of s_t, then of s_{t+1} (goals None goal-free)."""
         stage = self._stages[e]
         if stage.too_long:
             if done:
@@ -166,21 +179,18 @@ class EpisodeWriter:
                 if done:
                     stage.reset()
                 raise
-        a, t, goals = stage.arrays, stage.length, self.storage.has_goals
+        a, t = stage.arrays, stage.length
+        obs, ag, dg, nobs, nag, ndg = states
         if not stage.started:
-            if goals:
-                a["observation"][0] = obs["observation"][e]
-                a["achieved_goal"][0] = obs["achieved_goal"][e]
-                a["desired_goal"][0] = obs["desired_goal"][e]
-            else:
-                a["observation"][0] = obs[e]
+            a["observation"][0] = obs[e]
+            if ag is not None:
+                a["achieved_goal"][0] = ag[e]
+                a["desired_goal"][0] = dg[e]
             stage.started = True
-        if goals:
-            a["observation"][t + 1] = nobs["observation"][e]
-            a["achieved_goal"][t + 1] = nobs["achieved_goal"][e]
-            a["desired_goal"][t + 1] = nobs["desired_goal"][e]
-        else:
-            a["observation"][t + 1] = nobs[e]
+        a["observation"][t + 1] = nobs[e]
+        if nag is not None:
+            a["achieved_goal"][t + 1] = nag[e]
+            a["desired_goal"][t + 1] = ndg[e]
         a["action"][t] = action[e]
         a["reward"][t] = reward[e]
         for k in self.storage.info_shapes:
