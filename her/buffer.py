@@ -8,7 +8,7 @@ each sampled transition's record once and hands it to the pieces. Semantics: ``d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,21 +16,12 @@ import numpy as np
 
 from ._util import filled
 from .relabel import Relabeler, make_relabeler
-from .returns import Returns, make_returns
+from .returns import Returns, RewardFn, SuccessFn, make_returns
 from .samplers import Sampler, UniformSampler
 from .storage import EpisodeStorage
 
 __all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "check_compute_reward", "resolve_pieces"]
 
-RewardFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
-"""``compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) -> reward [N]``, vectorized over N.
-``achieved_goal`` is the achieved goal of the *next* state ``s_{t+1}``, ``desired_goal`` the (relabeled) goal
-(both fresh float32 arrays of the batch, possibly strided views of its gathered records),
-``info`` a dict ``{key: [N, ...]}`` of the stored per-step info arrays of transition ``t``, or None when the
-storage keeps no info keys (gymnasium-robotics' Fetch envs ignore it)."""
-
-SuccessFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""``compute_success(achieved_goal [N, *g], desired_goal [N, *g]) -> bool [N]``."""
 
 
 @dataclass

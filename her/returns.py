@@ -22,10 +22,17 @@ import numpy as np
 from ._util import filled
 from .storage import EpisodeStorage
 
-__all__ = ["NStepReturn", "OneStepReturn", "ReturnBatch", "Returns", "make_returns"]
+__all__ = ["NStepReturn", "OneStepReturn", "ReturnBatch", "Returns", "RewardFn", "SuccessFn", "make_returns"]
 
 RewardFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
+"""``compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) -> reward [N]``, vectorized over N.
+``achieved_goal`` is the achieved goal of the *next* state ``s_{t+1}``, ``desired_goal`` the (relabeled) goal
+(both fresh float32 arrays of the batch, possibly strided views of its gathered records),
+``info`` a dict ``{key: [N, ...]}`` of the stored per-step info arrays of transition ``t``, or None when the
+storage keeps no info keys (gymnasium-robotics' Fetch envs ignore it)."""
+
 SuccessFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""``compute_success(achieved_goal [N, *g], desired_goal [N, *g]) -> bool [N]``."""
 
 
 class ReturnBatch(NamedTuple):
