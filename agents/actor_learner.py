@@ -2,7 +2,7 @@
 
 Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, ranks 1.. are actors::
 
-    torchrun --standalone --nproc_per_node=3 -m agents.cli fetch_reach_ddpg dist.mode=actor_learner
+    torchrun --standalone --nproc_per_node=3 -m her_agents.cli fetch_reach_ddpg dist.mode=actor_learner
 
 - **Actors** step their own vector envs (``env.n_envs``, seeds ``train.seed + rank``) with their own
   exploration noise (agent seed ``train.seed + rank``), stage steps per env until an episode ends, and send each
@@ -48,18 +48,18 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
-from agents.base import q_clip_for_env
-from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from agents.distributed import (
+from her_agents.base import q_clip_for_env
+from her_agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
+from her_agents.distributed import (
     _flat_config,
     config_digest,
     config_mismatch_message,
     rendezvous_env,
     state_hash,
 )
-from agents.logger import RunLogger
-from agents.registry import make_agent
-from envs import goal_env_spec, make_vector_env
+from her_agents.logger import RunLogger
+from her_agents.registry import make_agent
+from her_envs import goal_env_spec, make_vector_env
 
 __all__ = ["train_actor_learner"]
 
@@ -159,7 +159,7 @@ class _LearnerState:
 
 
 def _run_learner(cfg: DictConfig, world: int) -> Any:
-    from agents.train import TrainResult, _checkpoint, build_replay, evaluate, seed_everything
+    from her_agents.train import TrainResult, _checkpoint, build_replay, evaluate, seed_everything
 
     global _LEARNER_STATE
     t_cfg = cfg.train
@@ -295,7 +295,7 @@ def _episode(storage: her.EpisodeStorage, start: int, T: int, is_success: bool) 
 
 
 def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
-    from agents.train import TrainResult, seed_everything
+    from her_agents.train import TrainResult, seed_everything
 
     t_cfg = cfg.train
     seed = int(t_cfg.seed) + rank
@@ -399,7 +399,7 @@ def train_actor_learner(cfg: DictConfig, resume: str | None = None) -> Any:
     env = rendezvous_env()
     if env["world_size"] < 2:
         raise ValueError("dist.mode=actor_learner needs at least 2 processes (rank 0 learns, the others act): "
-                         "launch with `torchrun --standalone --nproc_per_node=3 -m agents.cli ... "
+                         "launch with `torchrun --standalone --nproc_per_node=3 -m her_agents.cli ... "
                          "dist.mode=actor_learner`")
     if resume:
         raise ValueError("resume is not supported with dist.mode=actor_learner")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.normalizer import RunningNormalizer
+from her_agents.normalizer import RunningNormalizer
 
 PRECISIONS = ("fp32", "bf16")
 """Valid values of :attr:`AgentConfig.precision`."""
@@ -312,7 +312,7 @@ class GoalConditionedAgentBase:
         With ``deterministic=False``: Gaussian noise ``noise_std`` is added and clipped to ``[-1, 1]``, then
         each row is replaced by a uniform random action with probability ``random_eps``.
 
-        On the CPU the policy runs in numpy on views of the actor's parameters (:func:`agents.networks.numpy_mlp`;
+        On the CPU the policy runs in numpy on views of the actor's parameters (:func:`her_agents.networks.numpy_mlp`;
         faster for the few rows of acting, same function); elsewhere in torch, with the networks in eval mode.
         """
         single = np.ndim(observation) == 1
@@ -374,7 +374,7 @@ class GoalConditionedAgentBase:
 
     def _numpy_policy(self):
         """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters); None on
-        other devices or for an actor numpy cannot mirror (a layer :func:`agents.networks.numpy_mlp` does not
+        other devices or for an actor numpy cannot mirror (a layer :func:`her_agents.networks.numpy_mlp` does not
         know): ``act()`` then runs torch."""
         if self.device.type != "cpu" or not hasattr(self, "actor"):
             return None

@@ -32,11 +32,11 @@ def train_main(argv: list[str] | None = None) -> int:
 
     from omegaconf import OmegaConf
 
-    from agents.config import load_config, resume_config
+    from her_agents.config import load_config, resume_config
 
     try:
         if args.resume:
-            from agents.checkpoint import load_checkpoint
+            from her_agents.checkpoint import load_checkpoint
 
             if args.overwrite:
                 raise ValueError("--overwrite starts a fresh run; it cannot be combined with --resume")
@@ -59,9 +59,9 @@ def train_main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
 
-    from agents.run_control import TrainingStopped
-    from agents.train import train
-    from agents.video import check_gl_backend
+    from her_agents.run_control import TrainingStopped
+    from her_agents.train import train
+    from her_agents.video import check_gl_backend
 
     try:
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
@@ -103,7 +103,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
 
-    from agents.video import check_gl_backend, default_headless_gl
+    from her_agents.video import check_gl_backend, default_headless_gl
 
     if args.video:
         default_headless_gl()  # before MuJoCo loads
@@ -115,10 +115,10 @@ def eval_main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agents.checkpoint import load_checkpoint
-    from agents.registry import make_agent
-    from agents.train import evaluate
-    from envs import goal_env_spec, make_vector_env
+    from her_agents.checkpoint import load_checkpoint
+    from her_agents.registry import make_agent
+    from her_agents.train import evaluate
+    from her_envs import goal_env_spec, make_vector_env
 
     try:
         state = load_checkpoint(args.checkpoint)
@@ -145,7 +145,7 @@ def eval_main(argv: list[str] | None = None) -> int:
           f"success rate {ev['success_rate']:.3f} over {args.episodes} episodes, "
           f"mean final distance {ev['final_distance']:.4f}")
     if args.video:
-        from agents.video import record_episodes, write_video
+        from her_agents.video import record_episodes, write_video
 
         try:
             frames, successes = record_episodes(agent, cfg["env"]["id"], n_episodes=args.video_episodes,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from envs import VectorStep, check_rewards, split_autoreset, step_info
+from her_envs import VectorStep, check_rewards, split_autoreset, step_info
 
 __all__ = ["choose_action", "collect_step", "learn_step", "normalize_from_episode"]
 
@@ -30,7 +30,7 @@ def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, stora
     The stored next state is the real one (``final_obs`` where an episode ended), never the reset observation;
     the stored info entries (``info_shapes``: ``{key: shape}``, any shape) are the step's own, from
     ``final_info`` where an episode ended. ``action``: float32 ``[n_envs, action_dim]`` in ``[-1, 1]``, stored
-    as given. With ``reward_range``, an env reward outside it raises ``ValueError`` (see ``envs.check_rewards``).
+    as given. With ``reward_range``, an env reward outside it raises ``ValueError`` (see ``her_envs.check_rewards``).
 
     Returns:
         the next observation to act on, the ``VectorStep`` (real next obs, success, done) and the

@@ -155,7 +155,7 @@ class Config:
 def config_dir() -> Traversable:
     """The YAML configs shipped with the package: the data of the ``configs`` package, read through
     ``importlib.resources`` (so they are found in a wheel install as in a source checkout)."""
-    return importlib.resources.files("configs")
+    return importlib.resources.files("her_configs")
 
 
 def resolve_config_path(name: str) -> Path | Traversable:
@@ -302,7 +302,7 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
 
 def _frozen_value(cfg: DictConfig, key: str) -> Any:
     if key.startswith("agent."):
-        from agents.registry import AGENTS
+        from her_agents.registry import AGENTS
 
         name = key.split(".", 1)[1]
         defaults = {f.name: f.default for f in dataclasses.fields(AGENTS[cfg.algo][1])
@@ -364,7 +364,7 @@ def check_device(device: str) -> None:
 
 
 def _check_values(cfg: DictConfig) -> None:
-    from agents.registry import AGENTS
+    from her_agents.registry import AGENTS
     from her import STRATEGIES
 
     k = cfg.replay.n_sampled_goal
@@ -459,7 +459,7 @@ def _type_ok(value: Any, hint: Any) -> bool:
 def _check_agent(cfg: DictConfig) -> None:
     """Names, types and ranges of ``agent.*`` against the algorithm's config dataclass. ``seed``, ``device`` and
     the torch threads are the loop's (``train.seed``, ``train.device``, ``train.torch_threads``)."""
-    from agents.registry import AGENTS
+    from her_agents.registry import AGENTS
 
     config_cls = AGENTS[cfg.algo][1]
     hints = typing.get_type_hints(config_cls)

@@ -3,7 +3,7 @@ normalizer statistics and evaluation results are averaged across ranks.
 
 Launch (one machine, 2 processes)::
 
-    torchrun --standalone --nproc_per_node=2 -m agents.cli fetch_push_ddpg train.total_env_steps=100000
+    torchrun --standalone --nproc_per_node=2 -m her_agents.cli fetch_push_ddpg train.total_env_steps=100000
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
 (plain ``her-train``) :func:`init_distributed` returns a single-process :class:`DistContext` whose hooks are
@@ -84,9 +84,9 @@ def rendezvous_env() -> dict[str, Any]:
     if missing:
         raise RuntimeError(
             f"WORLD_SIZE={world} but the rendezvous variable(s) {missing} are not set. Launch with torchrun, "
-            "e.g. `torchrun --standalone --nproc_per_node=2 -m agents.cli ...` (one machine) or "
+            "e.g. `torchrun --standalone --nproc_per_node=2 -m her_agents.cli ...` (one machine) or "
             "`torchrun --nnodes=2 --node_rank=N --nproc_per_node=G --rdzv_backend=c10d "
-            "--rdzv_endpoint=HOST:PORT -m agents.cli ...`, or set all of RANK, WORLD_SIZE, MASTER_ADDR, "
+            "--rdzv_endpoint=HOST:PORT -m her_agents.cli ...`, or set all of RANK, WORLD_SIZE, MASTER_ADDR, "
             "MASTER_PORT (or unset WORLD_SIZE for a single process)."
         )
     rank = int(os.environ["RANK"])

@@ -54,7 +54,7 @@ class RunLogger:
     W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
     ``metrics.csv`` rows its W&B run lacks (read from the local transaction logs, see
-    :mod:`agents.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
+    :mod:`her_agents.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
     """
 
     def __init__(self, cfg: DictConfig, run_dir: Path, resume_id: str | None = None,
@@ -135,7 +135,7 @@ class RunLogger:
     def _relog_missing(self, rows: list[dict[str, Any]]) -> None:
         """Log the kept ``metrics.csv`` rows that this W&B run's local logs do not hold (a stop between a
         checkpoint and its W&B row), in step order, before any new row."""
-        from agents.wandb_history import logged_env_steps
+        from her_agents.wandb_history import logged_env_steps
 
         have = logged_env_steps(self.run_dir / "wandb", self.run.id)
         for r in rows:
@@ -160,7 +160,7 @@ class RunLogger:
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
         """Rewrite ``metrics.csv`` (header ``self._fields``) atomically: a kill never loses the old rows."""
-        from agents.checkpoint import write_atomic
+        from her_agents.checkpoint import write_atomic
 
         text = io.StringIO(newline="")
         w = csv.DictWriter(text, self._fields, extrasaction="ignore")
@@ -215,7 +215,7 @@ class RunLogger:
         if self._video_error is not None:
             return
         try:
-            from agents.video import record_episodes, write_video
+            from her_agents.video import record_episodes, write_video
 
             frames, _ = record_episodes(agent, env_id, n_episodes=1)
             path = self.run_dir / "videos" / f"eval_{step:09d}.mp4"

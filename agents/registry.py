@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agents.base import AgentConfig, GoalConditionedAgentBase
-from agents.ddpg import DDPGAgent, DDPGConfig
-from agents.sac import SACAgent, SACConfig
-from agents.td3 import TD3Agent, TD3Config
+from her_agents.base import AgentConfig, GoalConditionedAgentBase
+from her_agents.ddpg import DDPGAgent, DDPGConfig
+from her_agents.sac import SACAgent, SACConfig
+from her_agents.td3 import TD3Agent, TD3Config
 
 AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
     "ddpg": (DDPGAgent, DDPGConfig),

@@ -16,13 +16,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
-from agents.networks import EnsembleCritic, SquashedGaussianActor
+from her_agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from her_agents.networks import EnsembleCritic, SquashedGaussianActor
 
 
 @dataclass
 class SACConfig(AgentConfig):
-    """SAC options (see :class:`agents.base.AgentConfig` for the shared ones)."""
+    """SAC options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
 
     noise_std: float = 0.0
     """Extra Gaussian noise in ``act(deterministic=False)`` on top of the policy's sampling (default none)."""

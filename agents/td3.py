@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
-from agents.networks import DeterministicActor, EnsembleCritic
+from her_agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from her_agents.networks import DeterministicActor, EnsembleCritic
 
 
 @dataclass
 class TD3Config(AgentConfig):
-    """TD3 options (see :class:`agents.base.AgentConfig` for the shared ones)."""
+    """TD3 options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""

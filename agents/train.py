@@ -18,15 +18,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from agents.base import q_clip_for_env
-from agents.config import check_device
-from agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state, write_atomic
-from agents.distributed import NullLogger, init_distributed  # DIST
-from agents.logger import RunLogger
-from agents.registry import make_agent
-from agents.run_control import GracefulStop, TrainingStopped, prepare_run_dir
-from envs import goal_env_spec, make_vector_env, split_autoreset
+from her_agents.base import q_clip_for_env
+from her_agents.config import check_device
+from her_agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
+from her_agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state, write_atomic
+from her_agents.distributed import NullLogger, init_distributed  # DIST
+from her_agents.logger import RunLogger
+from her_agents.registry import make_agent
+from her_agents.run_control import GracefulStop, TrainingStopped, prepare_run_dir
+from her_envs import goal_env_spec, make_vector_env, split_autoreset
 
 __all__ = ["TrainResult", "build_replay", "evaluate", "train"]
 
@@ -113,7 +113,7 @@ def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -
     """Train ``cfg.algo`` with HER on ``cfg.env.id``.
 
     Args:
-        cfg: a config from :func:`agents.config.load_config`.
+        cfg: a config from :func:`her_agents.config.load_config`.
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
@@ -128,7 +128,7 @@ def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -
             run finished as interrupted / terminated.
     """
     if cfg.dist.mode == "actor_learner":  # DIST: Ape-X learner (rank 0) + actors over torch.distributed.rpc
-        from agents.actor_learner import train_actor_learner
+        from her_agents.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume)
     with GracefulStop() as stop, contextlib.ExitStack() as cleanup:

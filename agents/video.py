@@ -44,7 +44,7 @@ def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0)
     """
     default_headless_gl()  # gymnasium reads MUJOCO_GL when the first frame is rendered
     check_gl_backend()
-    from envs import make_env
+    from her_envs import make_env
 
     env = None
     try:

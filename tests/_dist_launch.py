@@ -6,7 +6,7 @@
 import os
 import sys
 
-from agents.cli import train_main
+from her_agents.cli import train_main
 
 if __name__ == "__main__":
     args = sys.argv[1:] + os.environ.get(f"HER_TEST_RANK{os.environ.get('RANK', '0')}_OVERRIDES", "").split()

@@ -12,13 +12,13 @@ import torch
 from scipy import stats
 from torch import nn
 
-from agents.base import Agent, GoalConditionedAgentBase, resolve_device, td_target
-from agents.ddpg import DDPGAgent, DDPGConfig
-from agents.networks import EnsembleCritic, SquashedGaussianActor, mlp, tanh_log_det_jacobian
-from agents.normalizer import RunningNormalizer
-from agents.registry import make_agent
-from agents.sac import SACAgent, SACConfig
-from agents.td3 import TD3Agent, TD3Config, smoothed_target_action
+from her_agents.base import Agent, GoalConditionedAgentBase, resolve_device, td_target
+from her_agents.ddpg import DDPGAgent, DDPGConfig
+from her_agents.networks import EnsembleCritic, SquashedGaussianActor, mlp, tanh_log_det_jacobian
+from her_agents.normalizer import RunningNormalizer
+from her_agents.registry import make_agent
+from her_agents.sac import SACAgent, SACConfig
+from her_agents.td3 import TD3Agent, TD3Config, smoothed_target_action
 
 OBS, GOAL, ACT = 7, 3, 2
 SMALL = {"hidden": (32, 32), "device": "cpu"}

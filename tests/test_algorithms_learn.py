@@ -30,7 +30,7 @@ def _reach_trajectory(algo: str, budget: int, run_dir: Path, *overrides: str) ->
     cmd = [
         sys.executable,
         "-m",
-        "agents.cli",
+        "her_agents.cli",
         f"fetch_reach_{algo}",
         f"train.total_env_steps={budget}",
         "train.seed=0",

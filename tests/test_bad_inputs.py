@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.checkpoint import load_checkpoint
-from agents.cli import train_main
-from agents.config import load_config
-from agents.train import train
+from her_agents.checkpoint import load_checkpoint
+from her_agents.cli import train_main
+from her_agents.config import load_config
+from her_agents.train import train
 
 TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
         "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false",

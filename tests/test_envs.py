@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs import (
+from her_envs import (
     FETCH_TASKS,
     ThresholdReward,
     goal_env_spec,
@@ -208,8 +208,8 @@ def test_reset_seed_is_deterministic(env_id):
 
 _RENDER_SCRIPT = textwrap.dedent(
     """
-    import envs
-    env = envs.make_env("FetchReach-v4", seed=0, render_mode="rgb_array")
+    import her_envs
+    env = her_envs.make_env("FetchReach-v4", seed=0, render_mode="rgb_array")
     env.reset(seed=0)
     frame = env.render()
     print("FRAME", frame.shape, frame.dtype, int(frame.max()))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.plot import main, read_metrics
+from her_agents.plot import main, read_metrics
 
 FIELDS = ["env_steps", "episodes", "updates", "wall_time", "eval/success_rate", "eval/final_distance",
           "train/success_rate", "env_steps_per_s"]
@@ -55,7 +55,7 @@ def _check_png(path: Path) -> None:
 
 def test_her_plot_writes_png_of_grouped_runs(runs, tmp_path):
     out = tmp_path / "plots" / "compare.png"
-    proc = subprocess.run([sys.executable, "-m", "agents.plot", str(runs[0]), str(runs[1]), "--label", "A",
+    proc = subprocess.run([sys.executable, "-m", "her_agents.plot", str(runs[0]), str(runs[1]), "--label", "A",
                            str(runs[2]), "--label", "B", "--out", str(out), "--title", "synthetic"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -78,7 +78,7 @@ def test_read_metrics_columns(runs):
 
 def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
     missing = tmp_path / "no-such-run"
-    proc = subprocess.run([sys.executable, "-m", "agents.plot", str(runs[0]), str(missing), "--out",
+    proc = subprocess.run([sys.executable, "-m", "her_agents.plot", str(runs[0]), str(missing), "--out",
                            str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 import torch
 
-from agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
-from agents.config import load_config
-from agents.train import train
+from her_agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
+from her_agents.config import load_config
+from her_agents.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wandb_reader import history_rows, run_files
@@ -74,7 +74,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline"}
     with open(tmp_path / "first.log", "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", "fetch_reach_ddpg", f"train.total_env_steps={TOTAL}",
+            [sys.executable, "-m", "her_agents.cli", "fetch_reach_ddpg", f"train.total_env_steps={TOTAL}",
              f"train.eval_every={EVAL_EVERY}", "log.save_replay=true", f"log.run_dir={run_dir}", *FAST],
             stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
@@ -113,7 +113,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
         csv.DictWriter(f, fields).writerow(ghost)
 
     t0 = time.perf_counter()
-    proc2 = subprocess.run([sys.executable, "-m", "agents.cli", "--resume", str(run_dir)], capture_output=True,
+    proc2 = subprocess.run([sys.executable, "-m", "her_agents.cli", "--resume", str(run_dir)], capture_output=True,
                            text=True, env=env, timeout=600, check=False)
     assert proc2.returncode == 0, proc2.stderr[-3000:]
     print(f"resumed from {steps} env steps; resume took {time.perf_counter() - t0:.1f} s")

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agents import run_control
-from agents.checkpoint import load_checkpoint
-from agents.config import load_config
-from agents.logger import RunLogger
-from agents.run_control import RunDirInUse, RunDirLock, prepare_run_dir
-from agents.train import train
+from her_agents import run_control
+from her_agents.checkpoint import load_checkpoint
+from her_agents.config import load_config
+from her_agents.logger import RunLogger
+from her_agents.run_control import RunDirInUse, RunDirLock, prepare_run_dir
+from her_agents.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wandb_reader import final_state, history_rows, run_files
@@ -37,7 +37,7 @@ def _env(**extra: str | None) -> dict:
 
 
 def _cli(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agents.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "her_agents.cli", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, check=False)
 
 
@@ -126,7 +126,7 @@ def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):
 
 def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    import agents.train as train_mod
+    import her_agents.train as train_mod
 
     calls = []
     real = train_mod.learn_step
@@ -149,7 +149,7 @@ def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch
 
 def _start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
     with open(log, "w") as f:
-        return subprocess.Popen([sys.executable, "-m", "agents.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+        return subprocess.Popen([sys.executable, "-m", "her_agents.cli", *args], stdout=f, stderr=subprocess.STDOUT,
                                 env=env)
 
 
@@ -234,7 +234,7 @@ def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from agents.run_control import RunDirLock; RunDirLock(sys.argv[1]).acquire(); "
+        "import sys, time; from her_agents.run_control import RunDirLock; RunDirLock(sys.argv[1]).acquire(); "
         "print('locked', flush=True); time.sleep(120)"), str(run_dir)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -289,7 +289,7 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
         train(_small_cfg(run_dir, mode="disabled"))
     assert {p: (run_dir / p).read_bytes() for p in before} == before
 
-    import agents.train as train_mod
+    import her_agents.train as train_mod
 
     def no_env(*args, **kwargs):
         raise RuntimeError("simulated failure at start")
@@ -311,7 +311,7 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
 def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_path, monkeypatch):
     """Without ``log.save_replay`` the storage restarts empty, but the importance-sampling exponent keeps
     annealing from where the run stopped, not from beta0."""
-    import agents.train as train_mod
+    import her_agents.train as train_mod
 
     extra = ("replay.prioritized=true", "log.save_replay=false")
     full = tmp_path / "full"

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from agents.checkpoint import load_checkpoint
-from agents.config import load_config
-from agents.registry import make_agent
-from agents.train import build_replay, train
-from envs import goal_env_spec, make_vector_env, split_autoreset
+from her_agents.checkpoint import load_checkpoint
+from her_agents.config import load_config
+from her_agents.registry import make_agent
+from her_agents.train import build_replay, train
+from her_envs import goal_env_spec, make_vector_env, split_autoreset
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wandb_reader import history_rows
@@ -27,7 +27,7 @@ REACH_BUDGET = 3000  # env steps; FetchReach reaches 0.9 after ~1000-2000 here
 
 def _cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "agents.cli", *args], capture_output=True, text=True, check=False,
+    return subprocess.run([sys.executable, "-m", "her_agents.cli", *args], capture_output=True, text=True, check=False,
                           env=full_env, timeout=timeout)
 
 
@@ -81,7 +81,7 @@ def test_wandb_offline_run_holds_eval_success_rate(reach_run):
 
 
 def test_her_eval_reports_checkpoint_success(reach_run):
-    proc = subprocess.run([sys.executable, "-c", ("import sys; from agents.cli import eval_main; "
+    proc = subprocess.run([sys.executable, "-c", ("import sys; from her_agents.cli import eval_main; "
                            f"sys.exit(eval_main(['{reach_run}', '--episodes', '10']))")],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -19,8 +19,8 @@ from pathlib import Path
 import imageio.v2 as imageio
 import pytest
 
-from agents.config import load_config
-from agents.train import train
+from her_agents.config import load_config
+from her_agents.train import train
 
 EPISODE_STEPS = 50  # FetchReach-v4 time limit: each episode renders its reset frame plus one per step
 SIZE = (480, 480)
@@ -37,7 +37,7 @@ def _env(gl: str | None) -> dict:
 
 
 def _her_eval(*args: str, gl: str | None) -> subprocess.CompletedProcess:
-    code = f"import sys; from agents.cli import eval_main; sys.exit(eval_main({list(args)!r}))"
+    code = f"import sys; from her_agents.cli import eval_main; sys.exit(eval_main({list(args)!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(gl), timeout=300,
                           check=False)
 
@@ -123,7 +123,7 @@ def test_her_eval_with_broken_gl_backend_reports_and_still_evaluates(reach_check
 
 def _train_with_video(run_dir: Path, gl: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "agents.cli", "fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
+        [sys.executable, "-m", "her_agents.cli", "fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
          "train.warmup_steps=100", "train.learning_starts=100", "train.eval_episodes=2", "env.eval_envs=2",
          "agent.hidden=[64,64]", "train.batch_size=64", "log.video_every=1", "log.wandb.mode=offline",
          f"log.run_dir={run_dir}", "log.progress=false"],

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from agents.wandb_history import final_state, history_rows, read_records, run_files
+from her_agents.wandb_history import final_state, history_rows, read_records, run_files
 
 __all__ = ["final_state", "history_rows", "read_records", "run_files"]

@@ -10,9 +10,9 @@ ranks). Every process uses 1 torch thread. Run::
 which runs, with ``COMMON="train.total_env_steps=2000 train.eval_every=2000 train.eval_episodes=2
 env.eval_envs=2 log.progress=false log.checkpoint=false"`` and ``WANDB_MODE=disabled``::
 
-    python -m agents.cli fetch_push_ddpg $COMMON                                              # 1 rank, 1 env
-    torchrun --standalone --nproc_per_node=2 -m agents.cli fetch_push_ddpg $COMMON            # 2 ranks
-    python -m agents.cli fetch_push_ddpg $COMMON env.n_envs=2 env.vectorization=async         # 2 async envs
+    python -m her_agents.cli fetch_push_ddpg $COMMON                                              # 1 rank, 1 env
+    torchrun --standalone --nproc_per_node=2 -m her_agents.cli fetch_push_ddpg $COMMON            # 2 ranks
+    python -m her_agents.cli fetch_push_ddpg $COMMON env.n_envs=2 env.vectorization=async         # 2 async envs
 
 On a machine with fewer free cores than processes the 2-process numbers measure contention, not scaling.
 """
@@ -53,8 +53,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2000, help="env steps per run (per rank)")
     a = p.parse_args()
-    py = [sys.executable, "-m", "agents.cli"]
-    tr = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "agents.cli"]
+    py = [sys.executable, "-m", "her_agents.cli"]
+    tr = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "her_agents.cli"]
     results = [
         run("1 rank, 1 env (sync)", py, [], a.steps),
         run("2 ranks data-parallel, 1 env each", tr, [], a.steps),

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from agents.networks import mlp
-from agents.registry import make_agent
+from her_agents.networks import mlp
+from her_agents.registry import make_agent
 
 OBS, GOAL, ACT = 25, 3, 4
 HIDDEN = (256, 256, 256)
