@@ -26,6 +26,11 @@ Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, r
 All ranks must be launched with the same config (checked over RPC at start: a mismatch names the differing
 ranks and keys). Resume is not supported in this mode.
 
+The learner is built from the training loop's public pieces (``her_agents.train``): the agent and replay of
+the config, the run directory (default name ``<env>-<algo>-apex-s<seed>-<time>``, locked like the loop's),
+the update schedule, the evaluation rows and the checkpoints; weights travel as the agent's
+``policy_state_dict()``.
+
 Debug hook: with ``HER_DIST_DUMP=<dir>`` the learner writes ``<dir>/learner.json`` (episodes received per actor,
 ``storage.n_episodes_added``, the hash of every published weight version) and each actor ``actor<r>.json``
 (episodes sent, hash of every weight version it loaded).
@@ -38,7 +43,6 @@ import math
 import os
 import queue
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +52,23 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
-from her_agents.base import q_clip_for_env
+from her_agents.base import Agent
 from her_agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from her_agents.distributed import (
-    _flat_config,
-    config_digest,
-    config_mismatch_message,
-    rendezvous_env,
-    state_hash,
-)
+from her_agents.distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_agents.logger import RunLogger
-from her_agents.registry import make_agent
+from her_agents.train import (
+    EvalLog,
+    LoopHooks,
+    TrainingState,
+    TrainResult,
+    UpdateSchedule,
+    build_agent,
+    build_replay,
+    new_counters,
+    open_run_dir,
+    save_training_state,
+    seed_everything,
+)
 from her_envs import goal_env_spec, make_vector_env
 
 __all__ = ["train_actor_learner"]
@@ -68,14 +78,6 @@ LEARNER = "learner"
 # Per-process state the RPC targets read (each process sets its own before init_rpc).
 _CONFIG: dict[str, Any] = {}
 _LEARNER_STATE: _LearnerState | None = None
-
-
-def _q_clip(agent_kwargs: dict[str, Any], spec: Any, cfg: DictConfig) -> tuple[Any, Any]:
-    """``(q_clip, reward_guard)`` as in ``train``: ``agent.q_clip`` checked against the env's rewards, or derived
-    from them when unset; then the env's reward range, which its rewards must keep to (``collect_step``)."""
-    configured = {"configured": agent_kwargs["q_clip"]} if "q_clip" in agent_kwargs else {}
-    return (q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured),
-            None if configured else spec.reward_range)
 
 
 def _worker_name(rank: int) -> str:
@@ -115,23 +117,19 @@ def _rpc_fetch_weights(have_version: int) -> tuple[int, dict[str, Any] | None, b
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _policy_state(agent: Any) -> dict[str, Any]:
-    return {
-        "actor": {k: v.detach().cpu().clone() for k, v in agent.actor.state_dict().items()},
-        "obs_normalizer": agent.obs_normalizer.state_dict(),
-        "goal_normalizer": agent.goal_normalizer.state_dict(),
-    }
-
-
 def _policy_hash(state: dict[str, Any]) -> str:
-    norms = [state[n][k] for n in ("obs_normalizer", "goal_normalizer") for k in ("sum", "sumsq", "count")]
-    return state_hash(list(state["actor"].values()) + norms)
+    """Hash of every tensor / array in a ``policy_state_dict()`` (keys sorted)."""
+    leaves: list[Any] = []
 
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k in sorted(node):
+                walk(node[k])
+        elif isinstance(node, (torch.Tensor, np.ndarray)):
+            leaves.append(node)
 
-def _load_policy(agent: Any, state: dict[str, Any]) -> None:
-    agent.actor.load_state_dict(state["actor"])
-    agent.obs_normalizer.load_state_dict(state["obs_normalizer"])
-    agent.goal_normalizer.load_state_dict(state["goal_normalizer"])
+    walk(state)
+    return state_hash(leaves)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -150,54 +148,51 @@ class _LearnerState:
         self.stop = False
         self.published: dict[int, str] = {}
 
-    def publish(self, agent: Any) -> None:
-        state = _policy_state(agent)
+    def publish(self, agent: Agent) -> None:
+        state = agent.policy_state_dict()
         version = self.version + 1
         self.published[version] = _policy_hash(state)
         self.weights = (version, state)
         self.version = version
 
 
-def _run_learner(cfg: DictConfig, world: int) -> Any:
-    from her_agents.train import TrainResult, _checkpoint, build_replay, evaluate, seed_everything
-
-    global _LEARNER_STATE
+def _run_learner(cfg: DictConfig, world: int, overwrite: bool) -> TrainResult:
     t_cfg = cfg.train
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
     total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
-    run_dir = Path(cfg.log.run_dir) if cfg.log.run_dir else (
-        Path("runs") / f"{cfg.env.id}-{cfg.algo}-apex-s{t_cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
-    agent_kwargs.setdefault("seed", t_cfg.seed)
-    agent_kwargs["q_clip"], _ = _q_clip(agent_kwargs, spec, cfg)
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
-                       device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
+    agent, _ = build_agent(cfg, spec)
     # the learner's storage receives whole episodes only (add_episode): one staging env is enough
     replay = build_replay(OmegaConf.merge(cfg, {"env": {"n_envs": 1}}), spec, total_updates)
+    lock = open_run_dir(cfg, t_cfg.seed, None, overwrite, algo_name=f"{cfg.algo}-apex")
+    try:
+        return _learn(cfg, world, agent, replay, lock.run_dir)
+    finally:
+        lock.release()
+
+
+def _learn(cfg: DictConfig, world: int, agent: Agent, replay: her.HerReplayBuffer, run_dir: Path) -> TrainResult:
+    global _LEARNER_STATE
+    t_cfg = cfg.train
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
     st = _LearnerState(t_cfg.total_env_steps)
     st.publish(agent)  # version 1: the actors start from the learner's initial weights
     _LEARNER_STATE = st
     _init_rpc(cfg, 0, world)
 
-    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "evals": 0, "wall_time": 0.0}
+    counters = new_counters()
+    schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
+    evals = EvalLog(counters)
+    state = TrainingState(agent, replay, eval_env, counters, schedule, evals)
+    hooks = LoopHooks()
     received = {r: 0 for r in range(1, world)}
     last_seq = {r: 0 for r in range(1, world)}
     duplicates = 0
-    train_successes: list[float] = []
-    metrics_acc: dict[str, list[float]] = {}
-    history: list[dict[str, Any]] = []
-    last_eval: dict[str, float] = {}
-    pending = 0.0
     next_eval = t_cfg.eval_every
-    t_start = time.perf_counter()
-    steps_at_window, time_at_window = 0, t_start
     logger = RunLogger(cfg, run_dir)
 
     def ingest(block: bool = False) -> int:
-        nonlocal duplicates, pending
+        nonlocal duplicates
         n_steps = 0
         while True:
             try:
@@ -217,48 +212,31 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
             counters["episodes"] += 1
             counters["env_steps"] += T
             n_steps += T
-            train_successes.append(float(ep["is_success"]))
-            if counters["env_steps"] >= t_cfg.learning_starts:
-                pending += T * t_cfg.updates_per_step
+            evals.train_successes.append(float(ep["is_success"]))
+            schedule.collect(T, counters["env_steps"])
 
     def do_eval() -> None:
-        nonlocal train_successes, metrics_acc, steps_at_window, time_at_window, last_eval
-        now = time.perf_counter()
-        ev = evaluate(agent, eval_env, t_cfg.eval_episodes)
-        counters["evals"] += 1
-        counters["wall_time"] = time.perf_counter() - t_start
-        row = {
-            "env_steps": counters["env_steps"], "episodes": counters["episodes"], "updates": counters["updates"],
-            "wall_time": round(counters["wall_time"], 2), "eval/success_rate": ev["success_rate"],
-            "eval/final_distance": ev["final_distance"], "eval/return": ev["return"],
-            "train/success_rate": float(np.mean(train_successes)) if train_successes else float("nan"),
-            "env_steps_per_s": (counters["env_steps"] - steps_at_window) / max(now - time_at_window, 1e-9),
-            "dist/world_size": world, "dist/weights_version": st.version,
-        }
-        row.update({f"train/{k}": float(np.mean(v)) for k, v in metrics_acc.items()})
-        logger.log(row, step=counters["env_steps"])
-        history.append(row)
-        last_eval = ev
-        train_successes, metrics_acc = [], {}
-        steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
+        evals.log(agent, eval_env, t_cfg.eval_episodes, logger, hooks,
+                  extras={"dist/world_size": world, "dist/weights_version": st.version})
+        evals.start_window()
         if cfg.log.checkpoint:
-            _checkpoint(run_dir, cfg, agent, replay, counters, np.random.default_rng(t_cfg.seed), logger.run_id)
+            state.extra["wandb_id"] = logger.run_id
+            save_training_state(run_dir, cfg, state, hooks, bool(cfg.log.save_replay))
             logger.checkpointed()  # W&B gets the row once the checkpoint covers it
 
     try:
         while True:
-            got = ingest(block=pending < 1)
-            n = int(min(pending, 10)) if len(replay) > 0 else 0  # a few updates, then look at the inbox again
+            got = ingest(block=schedule.pending < 1)
+            n = schedule.take(limit=10) if len(replay) > 0 else 0  # a few updates, then look at the inbox again
             for _ in range(n):
-                learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
+                learn_step(agent, replay, t_cfg.batch_size, evals.metrics)
                 counters["updates"] += 1
                 if counters["updates"] % cfg.dist.weight_sync_every == 0:
                     st.publish(agent)
-            pending -= n
             if next_eval <= counters["env_steps"] < t_cfg.total_env_steps:  # the final one comes after
                 next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
                 do_eval()
-            if st.stop and pending < 1 and not got:
+            if st.stop and schedule.pending < 1 and not got:
                 break
         st.publish(agent)
         do_eval()
@@ -274,7 +252,8 @@ def _run_learner(cfg: DictConfig, world: int) -> Any:
     _dump("learner", {"received": {str(k): v for k, v in received.items()}, "duplicates": duplicates,
                       "n_episodes_added": replay.storage.n_episodes_added, "env_steps": counters["env_steps"],
                       "updates": counters["updates"], "published": {str(k): v for k, v in st.published.items()}})
-    return TrainResult(run_dir, counters["env_steps"], last_eval.get("success_rate", float("nan")), history)
+    return TrainResult(run_dir, counters["env_steps"], evals.last_eval.get("success_rate", float("nan")),
+                       evals.history)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -294,19 +273,13 @@ def _episode(storage: her.EpisodeStorage, start: int, T: int, is_success: bool) 
     }
 
 
-def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
-    from her_agents.train import TrainResult, seed_everything
-
+def _run_actor(cfg: DictConfig, rank: int, world: int) -> TrainResult:
     t_cfg = cfg.train
     seed = int(t_cfg.seed) + rank
     seed_everything(seed)
     spec = goal_env_spec(cfg.env.id)
     n_envs = cfg.env.n_envs
-    agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
-    agent_kwargs["seed"] = seed  # own exploration noise
-    agent_kwargs["q_clip"], reward_guard = _q_clip(agent_kwargs, spec, cfg)  # refused on every rank alike
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
-                       device="cpu", n_threads=t_cfg.torch_threads, **agent_kwargs)
+    agent, reward_guard = build_agent(cfg, spec, seed=seed, device="cpu")  # own exploration noise
     max_T = spec.max_episode_steps or 50
     staging = her.EpisodeStorage(4 * max_T * n_envs, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
                                  max_episode_steps=max_T, n_envs=n_envs, info_shapes=dict(spec.info_shapes))
@@ -322,9 +295,9 @@ def _run_actor(cfg: DictConfig, rank: int, world: int) -> Any:
         nonlocal version, stop
         v, weights, stop = rpc.rpc_sync(LEARNER, _rpc_fetch_weights, args=(version,))
         if weights is not None:
-            _load_policy(agent, weights)
+            agent.load_policy_state_dict(weights)
             version = v
-            loaded[v] = _policy_hash(_policy_state(agent))
+            loaded[v] = _policy_hash(agent.policy_state_dict())
 
     try:
         fetch()
@@ -369,7 +342,7 @@ def _dump(name: str, info: dict[str, Any]) -> None:
 
 def _init_rpc(cfg: DictConfig, rank: int, world: int) -> None:
     """Join the RPC group, then refuse to go on if any rank's config differs from the learner's."""
-    _CONFIG["digest"], _CONFIG["flat"] = config_digest(cfg), _flat_config(cfg)
+    _CONFIG["digest"], _CONFIG["flat"] = config_digest(cfg), flat_config(cfg)
     opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=float(cfg.dist.timeout_s),
                                            init_method="env://")
     try:
@@ -394,8 +367,13 @@ def _init_rpc(cfg: DictConfig, rank: int, world: int) -> None:
         raise ValueError(msg)
 
 
-def train_actor_learner(cfg: DictConfig, resume: str | None = None) -> Any:
-    """Run this process's role (learner on rank 0, actor elsewhere) until the learner's env-step budget."""
+def train_actor_learner(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+    """Run this process's role (learner on rank 0, actor elsewhere) until the learner's env-step budget.
+
+    Raises:
+        ValueError: fewer than 2 processes, ``resume``, ranks with different configs, a config or run
+            directory the loop's pieces refuse.
+    """
     env = rendezvous_env()
     if env["world_size"] < 2:
         raise ValueError("dist.mode=actor_learner needs at least 2 processes (rank 0 learns, the others act): "
@@ -405,5 +383,5 @@ def train_actor_learner(cfg: DictConfig, resume: str | None = None) -> Any:
         raise ValueError("resume is not supported with dist.mode=actor_learner")
     torch.set_num_threads(max(1, int(cfg.train.torch_threads)))
     if env["rank"] == 0:
-        return _run_learner(cfg, env["world_size"])
+        return _run_learner(cfg, env["world_size"], overwrite)
     return _run_actor(cfg, env["rank"], env["world_size"])

@@ -1,4 +1,5 @@
-"""The ``Agent`` protocol the training loop knows, and the goal-conditioned pieces DDPG/TD3/SAC share.
+"""The ``Agent`` protocol (what the loop, the data-parallel wrapper and the actor-learner use of an agent), and
+the goal-conditioned pieces DDPG/TD3/SAC share.
 
 Shared pieces (openai/baselines HER techniques):
 - observation and goal :class:`RunningNormalizer` (clip raw +-200, output +-5); the networks' input is
@@ -16,21 +17,48 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+import typing
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 
+from her_agents.fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, check_ranges, check_types
 from her_agents.normalizer import RunningNormalizer
 
-PRECISIONS = ("fp32", "bf16")
+Precision = Literal["fp32", "bf16"]
 """Valid values of :attr:`AgentConfig.precision`."""
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
 
 @runtime_checkable
 class Agent(Protocol):
-    """What the training loop needs from an agent."""
+    """What the training loop (``her_agents.train``), the data-parallel wrapper (``her_agents.distributed``) and
+    the actor-learner (``her_agents.actor_learner``) use of an agent; nothing else is read across modules.
+
+    :class:`GoalConditionedAgentBase` implements it for DDPG, TD3 and SAC.
+    """
+
+    @property
+    def obs_normalizer(self) -> RunningNormalizer:
+        """Running statistics of the observations (the data-parallel wrapper merges them across ranks)."""
+        ...
+
+    @property
+    def goal_normalizer(self) -> RunningNormalizer:
+        """Running statistics of the goals."""
+        ...
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The exploration noise's generator (each data-parallel rank saves its own in a checkpoint)."""
+        ...
+
+    @property
+    def num_updates(self) -> int:
+        """Gradient updates done so far."""
+        ...
 
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """``[N, obs_dim], [N, goal_dim] -> [N, action_dim]`` float32 actions in ``[-1, 1]``."""
@@ -44,9 +72,29 @@ class Agent(Protocol):
         """Add observations ``[..., obs_dim]`` and goals ``[..., goal_dim]`` to the running statistics."""
         ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def networks(self) -> dict[str, nn.Module]:
+        """Every network (online and target) by name; their parameters and buffers are the agent's weights."""
+        ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer by name (the data-parallel wrapper averages gradients before each step)."""
+        ...
+
+    def policy_state_dict(self) -> dict[str, Any]:
+        """What acting needs (the policy network and the normalizers), as CPU copies an actor can load."""
+        ...
+
+    def load_policy_state_dict(self, state: dict[str, Any]) -> None:
+        """Load :meth:`policy_state_dict` (of an agent of the same configuration)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to resume: networks, optimizers, normalizers, counters, config, exploration RNG."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load :meth:`state_dict`."""
+        ...
 
 
 @dataclass
@@ -57,58 +105,59 @@ class AgentConfig:
     """
 
     hidden: tuple[int, ...] = (256, 256, 256)
-    """Hidden layer sizes of actor and critic MLPs."""
+    """Hidden layer sizes of actor and critic MLPs (at least one layer, each >= 1)."""
     layer_norm: bool = False
     """LayerNorm after each hidden Linear (before ReLU)."""
     actor_lr: float = 1e-3
-    """Adam learning rate of the actor."""
+    """Adam learning rate of the actor (> 0)."""
     critic_lr: float = 1e-3
-    """Adam learning rate of the critic(s)."""
+    """Adam learning rate of the critic(s) (> 0)."""
     polyak: float = 0.95
-    """Target update ``target = polyak * target + (1 - polyak) * online``."""
+    """Target update ``target = polyak * target + (1 - polyak) * online``, in ``[0, 1]``."""
     target_update_interval: int = 1
-    """Polyak-update the targets every this many updates (TD3: every ``policy_delay * interval``). 0 disables
+    """Polyak-update the targets every this many updates (>= 0; TD3: every ``policy_delay * interval``). 0 disables
     automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
     cycle of 40 updates)."""
     q_clip: tuple[float, float] | None = (-50.0, 0.0)
-    """Clip the TD target to ``[low, high]`` (a side may be infinite): ``[-1/(1-gamma), 0]`` for -1/0 rewards
-    (gamma 0.98 -> -50). None disables. The training loop, when ``agent.q_clip`` is not configured, sets it from
+    """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite): ``[-1/(1-gamma), 0]`` for
+    -1/0 rewards (gamma 0.98 -> -50). None disables. The training loop, when ``agent.q_clip`` is not configured, sets it from
     the env's reward range (:func:`q_clip_for_env`); this default is for agents built directly."""
     noise_std: float = 0.2
-    """Std of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
+    """Std (>= 0) of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
     random_eps: float = 0.3
-    """Per-row probability of replacing the exploration action by a uniform random action."""
+    """Per-row probability (in ``[0, 1]``) of replacing the exploration action by a uniform random action."""
     norm_eps: float = 1e-2
-    """Std floor of the observation/goal normalizers."""
+    """Std floor (> 0) of the observation/goal normalizers."""
     norm_clip_obs: float = 200.0
-    """Raw observations/goals are clipped to this before normalization."""
+    """Raw observations/goals are clipped to ``+-norm_clip_obs`` (> 0) before normalization."""
     norm_clip_range: float = 5.0
-    """Normalized inputs are clipped to ``+-norm_clip_range``."""
+    """Normalized inputs are clipped to ``+-norm_clip_range`` (> 0)."""
     seed: int | None = None
     """Seed of the numpy generator used for exploration noise (torch seeding is the caller's job)."""
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     """``"fp32"`` or ``"bf16"``: with ``"bf16"`` the network forward passes in ``update()`` run under
     ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
     the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
     and optimizer state stay float32. ``act()`` always runs in float32."""
 
     def __post_init__(self) -> None:
-        self.hidden = tuple(int(h) for h in self.hidden)
-        if any(h < 1 for h in self.hidden):
-            raise ValueError(f"hidden layer sizes must be positive, got {list(self.hidden)}")
-        if self.q_clip is not None:
-            low, high = (float(v) for v in self.q_clip)
-            if low > high:
-                raise ValueError(f"q_clip low > high: {self.q_clip}")
-            self.q_clip = (low, high)
-        if not 0.0 <= self.polyak <= 1.0:
-            raise ValueError(f"polyak must be in [0, 1], got {self.polyak}")
-        if not 0.0 <= self.random_eps <= 1.0:
-            raise ValueError(f"random_eps must be in [0, 1], got {self.random_eps}")
-        if self.target_update_interval < 0:
-            raise ValueError(f"target_update_interval must be >= 0, got {self.target_update_interval}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
+        """Converts each field to its annotated type (``hidden`` and ``q_clip`` become tuples, ints become floats
+        where a float is expected) and checks the ranges.
+
+        Raises:
+            ValueError: one line starting with the field's name: a value of the wrong type, a choice not among
+                ``precision``'s, a value out of range.
+        """
+        check_types(self)
+        check_ranges(self, {
+            "hidden": (lambda v: len(v) >= 1 and min(v) >= 1,
+                       "a non-empty list of positive integers (hidden layer sizes must be positive)"),
+            "actor_lr": POSITIVE, "critic_lr": POSITIVE, "polyak": UNIT_INTERVAL,
+            "target_update_interval": NON_NEGATIVE,
+            "q_clip": (lambda v: v is None or v[0] <= v[1], "null or [low, high] with low <= high"),
+            "noise_std": NON_NEGATIVE, "random_eps": UNIT_INTERVAL,
+            "norm_eps": POSITIVE, "norm_clip_obs": POSITIVE, "norm_clip_range": POSITIVE,
+        })
 
 
 class TensorBatch(NamedTuple):
@@ -232,8 +281,8 @@ def freeze(params: nn.Module | Iterable[torch.Tensor], frozen: bool) -> None:
 class GoalConditionedAgentBase:
     """Normalizers, preprocessing, batch conversion, exploration and checkpointing shared by the agents.
 
-    Subclasses build their networks, implement :meth:`_policy` and :meth:`update`, and list everything a
-    checkpoint needs in :meth:`_checkpoint_items`.
+    Subclasses build their networks (the policy network as ``self.actor``), implement :meth:`_policy` and
+    :meth:`update`, and list everything a checkpoint needs in :meth:`_checkpoint_items`.
 
     Args:
         obs_dim, goal_dim, action_dim: sizes of ``observation``, ``desired_goal`` and the action.
@@ -243,6 +292,7 @@ class GoalConditionedAgentBase:
     """
 
     config: AgentConfig
+    actor: nn.Module
 
     def __init__(
         self,
@@ -393,7 +443,7 @@ class GoalConditionedAgentBase:
         n = action.shape[0]
         if cfg.noise_std > 0:
             action = action + cfg.noise_std * self.rng.standard_normal(action.shape, dtype=np.float32)
-            np.maximum(action, -1.0, out=action)  # np.clip costs ~5x more on one row
+            np.maximum(action, -1.0, out=action)  # in place: np.clip allocates and is slower on one row
             np.minimum(action, 1.0, out=action)
         if cfg.random_eps > 0:
             rows = self.rng.random(n) < cfg.random_eps
@@ -458,6 +508,33 @@ class GoalConditionedAgentBase:
     def _checkpoint_items(self) -> dict[str, Any]:
         """Name -> object with ``state_dict``/``load_state_dict`` (modules, optimizers, normalizers)."""
         raise NotImplementedError
+
+    def networks(self) -> dict[str, nn.Module]:
+        """Every network (online and target) by name, in checkpoint order."""
+        return {k: v for k, v in self._checkpoint_items().items() if isinstance(v, nn.Module)}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer by name, in checkpoint order."""
+        return {k: v for k, v in self._checkpoint_items().items() if isinstance(v, torch.optim.Optimizer)}
+
+    def policy_state_dict(self) -> dict[str, Any]:
+        """``actor`` (CPU tensor copies of the policy network's state), ``obs_normalizer`` and ``goal_normalizer``
+        (their statistics): what :meth:`act` needs."""
+        return {
+            "actor": {k: v.detach().cpu().clone() for k, v in self.actor.state_dict().items()},
+            "obs_normalizer": self.obs_normalizer.state_dict(),
+            "goal_normalizer": self.goal_normalizer.state_dict(),
+        }
+
+    def load_policy_state_dict(self, state: dict[str, Any]) -> None:
+        """Load :meth:`policy_state_dict`.
+
+        Raises:
+            RuntimeError / ValueError: a policy network or normalizer of another shape.
+        """
+        self.actor.load_state_dict(state["actor"])
+        self.obs_normalizer.load_state_dict(state["obs_normalizer"])
+        self.goal_normalizer.load_state_dict(state["goal_normalizer"])
 
     def state_dict(self) -> dict[str, Any]:
         """Everything to resume: networks, targets, optimizers, normalizers, counters, config, rng state."""

@@ -14,24 +14,56 @@ matching pair that :func:`load_replay_arrays` finds:
 Killed before 2: the old checkpoint and the old ``replay.npz`` still match (the new replay is a stray that the
 resume deletes). Killed between 2 and 3: the resume finds ``replay-<checkpoint env_steps>.npz`` and moves it
 into place. After 3: ``replay.npz`` matches.
+
+A data-parallel run (torchrun) keeps one ``checkpoint.pt`` (written by rank 0, holding every rank's own state)
+and one replay per rank, ``replay.npz`` for rank 0 and ``replay-rank<r>.npz`` for rank ``r``
+(:func:`replay_name`), each written in the same three steps with the checkpoint in the middle.
+
+The rest of the module is what a checkpoint holds besides the agent: this process's random state
+(:func:`process_rng_state`), the replay as flat arrays (:func:`flatten_arrays`) and, for a resume without the
+replay file, the replay's schedules (:func:`replay_schedule`).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-__all__ = ["load_checkpoint", "load_replay_arrays", "save_checkpoint", "save_run_state", "write_atomic"]
+if TYPE_CHECKING:
+    import her
+
+__all__ = [
+    "check_world_size",
+    "commit_replay",
+    "flatten_arrays",
+    "load_checkpoint",
+    "load_process_rng_state",
+    "load_replay_arrays",
+    "load_replay_schedule",
+    "process_rng_state",
+    "replay_name",
+    "replay_schedule",
+    "save_checkpoint",
+    "save_run_state",
+    "unflatten_arrays",
+    "write_atomic",
+    "write_pending_replay",
+]
 
 REPLAY_FILE = "replay.npz"
-_PENDING_REPLAY = re.compile(r"^replay-(\d+)\.npz$")
+
+
+def replay_name(rank: int = 0) -> str:
+    """The replay file of a process, without ``.npz``: ``replay`` (rank 0, a single process), ``replay-rank<r>``."""
+    return "replay" if rank == 0 else f"replay-rank{rank}"
 
 
 def write_atomic(path: str | os.PathLike, write: Any) -> None:
@@ -86,45 +118,60 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return state
 
 
+def write_pending_replay(run_dir: str | os.PathLike, replay_arrays: dict[str, np.ndarray], env_steps: int,
+                         name: str = "replay") -> Path:
+    """Step 1 of a save: the flat replay arrays to ``<run_dir>/<name>-<env_steps>.npz`` (atomically), tagged with
+    ``meta/env_steps``. Returns that path; :func:`commit_replay` moves it into place once the checkpoint is."""
+    pending = Path(run_dir) / f"{name}-{int(env_steps)}.npz"
+    arrays = {**replay_arrays, "meta/env_steps": np.asarray(int(env_steps), np.int64)}
+    write_atomic(pending, lambda f: np.savez_compressed(f, **arrays))
+    return pending
+
+
+def commit_replay(pending: Path, name: str = "replay") -> None:
+    """Step 3 of a save: ``<name>-<env_steps>.npz`` becomes ``<name>.npz``."""
+    os.replace(pending, pending.with_name(f"{name}.npz"))
+
+
 def save_run_state(run_dir: str | os.PathLike, state: dict[str, Any],
                    replay_arrays: dict[str, np.ndarray] | None = None) -> None:
     """Write ``<run_dir>/checkpoint.pt`` and, if given, the flat replay arrays to ``<run_dir>/replay.npz``, in
     the crash-safe order of the module docstring. ``state["counters"]["env_steps"]`` tags the pair."""
     run_dir = Path(run_dir)
     if replay_arrays is not None:
-        steps = int(state["counters"]["env_steps"])
-        pending = run_dir / f"replay-{steps}.npz"
-        arrays = {**replay_arrays, "meta/env_steps": np.asarray(steps, np.int64)}
-        write_atomic(pending, lambda f: np.savez_compressed(f, **arrays))
+        pending = write_pending_replay(run_dir, replay_arrays, int(state["counters"]["env_steps"]))
         try:
             save_checkpoint(run_dir / "checkpoint.pt", state)
         except BaseException:
             pending.unlink(missing_ok=True)  # the old pair stays valid
             raise
-        os.replace(pending, run_dir / REPLAY_FILE)
+        commit_replay(pending)
     else:
         save_checkpoint(run_dir / "checkpoint.pt", state)
 
 
-def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int) -> dict[str, np.ndarray] | None:
+def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int, name: str = "replay"
+                       ) -> dict[str, np.ndarray] | None:
     """The flat replay arrays saved with the checkpoint of ``env_steps`` (``None`` if the run saved none).
 
     Finishes a save that was killed between the checkpoint and the replay rename, and removes what a killed
-    save left behind (temp files, replays newer than the checkpoint).
+    save left behind (temp files, replays newer than the checkpoint). ``name``: :func:`replay_name` of the
+    process (rank 0 also removes every other temp file of the directory).
 
     Raises:
-        ValueError: ``replay.npz`` belongs to another checkpoint than ``env_steps``, or is truncated / corrupt.
+        ValueError: ``<name>.npz`` belongs to another checkpoint than ``env_steps``, or is truncated / corrupt.
     """
     run_dir = Path(run_dir)
-    for p in run_dir.glob("*.tmp"):
+    for p in run_dir.glob("*.tmp" if name == "replay" else f"{name}*.tmp"):
         p.unlink(missing_ok=True)
-    for p in run_dir.glob("replay-*.npz"):
-        m = _PENDING_REPLAY.match(p.name)
+    pending_name = re.compile(rf"^{re.escape(name)}-(\d+)\.npz$")
+    for p in run_dir.glob(f"{name}-*.npz"):
+        m = pending_name.match(p.name)
         if m and int(m.group(1)) == env_steps:
-            os.replace(p, run_dir / REPLAY_FILE)
+            commit_replay(p, name)
         elif m:
             p.unlink(missing_ok=True)
-    path = run_dir / REPLAY_FILE
+    path = run_dir / f"{name}.npz"
     if not path.exists():
         return None
     try:
@@ -139,3 +186,94 @@ def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int) -> dict[str, 
         raise ValueError(f"{path} was saved at {int(saved)} env steps, the checkpoint at {env_steps}: "
                          "they do not belong together")
     return arrays
+
+
+def check_world_size(state: dict[str, Any], world_size: int, run_dir: str | os.PathLike) -> None:
+    """Refuse to resume a checkpoint of a run with another number of processes (each holds its own state).
+
+    Raises:
+        ValueError: ``state["world_size"]`` is not ``world_size`` (a checkpoint without it is accepted).
+    """
+    saved = state.get("world_size")
+    if saved is not None and int(saved) != world_size:
+        how = ("without torchrun" if int(saved) == 1 else
+               f"under torchrun with --nproc_per_node={int(saved)} (or --nnodes x --nproc_per_node = {int(saved)})")
+        raise ValueError(f"--resume {run_dir}: the checkpoint is of a run of {int(saved)} process(es) and this run "
+                         f"has {world_size}; each process resumes its own state, so resume it {how}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a checkpoint holds besides the agent
+# ---------------------------------------------------------------------------------------------------------
+
+
+def process_rng_state(rng: np.random.Generator | None = None) -> dict[str, Any]:
+    """This process's random state outside the agent, the replay and the envs: ``rng`` (the loop's generator,
+    warm-up actions; key ``numpy``), torch's CPU generator (``torch``) and CUDA generators (``cuda``, where CUDA
+    is in use), Python's ``random`` (``python``) and numpy's global generator (``numpy_global``)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                             "numpy_global": np.random.get_state()}
+    if rng is not None:
+        state["numpy"] = rng.bit_generator.state
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def load_process_rng_state(state: dict[str, Any], rng: np.random.Generator | None = None) -> None:
+    """Restore :func:`process_rng_state` (the keys a checkpoint has; CUDA only on as many devices)."""
+    if rng is not None and "numpy" in state:
+        rng.bit_generator.state = state["numpy"]
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if "python" in state:
+        random.setstate(state["python"])
+    if "numpy_global" in state:
+        np.random.set_state(state["numpy_global"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def flatten_arrays(d: dict, prefix: str = "") -> dict[str, np.ndarray]:
+    """A nested dict (a replay's ``state_dict()``) as ``{"a/b/c": array}`` for ``np.savez``; an empty dict is kept
+    as ``"a/": []``."""
+    out: dict[str, np.ndarray] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten_arrays(v, f"{prefix}{k}/") if v else {f"{prefix}{k}/": np.zeros(0)})
+        else:
+            out[f"{prefix}{k}"] = np.asarray(v)
+    return out
+
+
+def unflatten_arrays(flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The nested dict of :func:`flatten_arrays` (0-d and object arrays back to their Python value)."""
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        node = out
+        *parents, leaf = k.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if leaf:  # "a/" marks an empty dict
+            node[leaf] = v.item() if v.dtype == object or v.ndim == 0 else v
+    return out
+
+
+def replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
+    """What a ``her.HerReplayBuffer`` needs to continue without its storage: the sampling RNG and the
+    prioritized sampler's schedules (``n_samples``, which anneals beta, and the priority new transitions
+    enter at)."""
+    sampler = replay.sampler
+    out: dict[str, Any] = {"rng": replay.rng.bit_generator.state}
+    if hasattr(sampler, "n_samples"):
+        out["n_samples"] = int(sampler.n_samples)
+        out["max_priority"] = sampler.max_priority
+    return out
+
+
+def load_replay_schedule(replay: her.HerReplayBuffer, schedule: dict[str, Any]) -> None:
+    """Restore :func:`replay_schedule` into a replay whose storage restarts empty."""
+    replay.rng.bit_generator.state = schedule["rng"]
+    if "n_samples" in schedule and hasattr(replay.sampler, "n_samples"):
+        replay.sampler.n_samples = int(schedule["n_samples"])
+        replay.sampler.max_priority = schedule["max_priority"]

@@ -5,13 +5,32 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-__all__ = ["eval_main", "train_main"]
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from her_agents.train import TrainResult
+
+__all__ = ["eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
 
 DEFAULT_CONFIG = "fetch_push_ddpg"
 
 
-def train_main(argv: list[str] | None = None) -> int:
+def run_training(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+    """This process's training: the plain loop (``her_agents.train.train``), or under torchrun its rank's part
+    of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run."""
+    if cfg.dist.mode == "actor_learner":
+        from her_agents.actor_learner import train_actor_learner
+
+        return train_actor_learner(cfg, resume, overwrite)
+    from her_agents.distributed import train_data_parallel
+
+    return train_data_parallel(cfg, resume, overwrite)
+
+
+def train_parser() -> argparse.ArgumentParser:
+    """The ``her-train`` argument parser (every option's help gives its default)."""
     parser = argparse.ArgumentParser(
         prog="her-train",
         description="Train a goal-conditioned agent with HER. CONFIG is a YAML path or a name in configs/ "
@@ -19,12 +38,19 @@ def train_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("config", nargs="?", default=None, help=f"YAML path or configs/ name (default "
                         f"{DEFAULT_CONFIG}; not with --resume, which uses the run's own config)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys; default: none)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint "
-                        "(overrides may change e.g. train.total_env_steps, train.eval_*, log.*)")
+                        "(overrides may change e.g. train.total_env_steps, train.eval_*, log.*; default: start "
+                        "a new run)")
     parser.add_argument("--overwrite", action="store_true", help="start a fresh run in a log.run_dir that holds "
-                        "another run (its files are replaced as the new run writes its own)")
-    parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+                        "another run (its files are replaced as the new run writes its own; default: refuse)")
+    parser.add_argument("--print-config", action="store_true", help="print the merged config and exit "
+                        "(default: train)")
+    return parser
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    parser = train_parser()
     args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
     if args.config is not None and "=" in args.config:  # only overrides were given
         args.overrides.insert(0, args.config)
@@ -60,7 +86,6 @@ def train_main(argv: list[str] | None = None) -> int:
         return 0
 
     from her_agents.run_control import TrainingStopped
-    from her_agents.train import train
     from her_agents.video import check_gl_backend
 
     try:
@@ -69,7 +94,7 @@ def train_main(argv: list[str] | None = None) -> int:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
     try:
-        result = train(cfg, resume=args.resume, overwrite=args.overwrite)
+        result = run_training(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingStopped as exc:
         print(f"her-train: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -89,14 +114,23 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def eval_main(argv: list[str] | None = None) -> int:
+def eval_parser() -> argparse.ArgumentParser:
+    """The ``her-eval`` argument parser (every option's help gives its default)."""
     parser = argparse.ArgumentParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
     parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
-    parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default 50)")
-    parser.add_argument("--seed", type=int, default=12345)
-    parser.add_argument("--video", metavar="PATH", help="also render episodes headless to an .mp4 or .gif")
-    parser.add_argument("--video-episodes", type=int, default=2, help="episodes in the video (default 2)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="seed of the evaluation envs and of the video episodes (default: %(default)s)")
+    parser.add_argument("--video", metavar="PATH", help="also render episodes headless to an .mp4 or .gif "
+                        "(default: no video)")
+    parser.add_argument("--video-episodes", type=int, default=2,
+                        help="episodes in the video (default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="torch device of the policy (default: %(default)s)")
+    return parser
+
+
+def eval_main(argv: list[str] | None = None) -> int:
+    parser = eval_parser()
     args = parser.parse_args(argv)
     if args.episodes < 1 or args.video_episodes < 1:
         parser.error(f"--episodes and --video-episodes must be >= 1, got {args.episodes} and {args.video_episodes}")

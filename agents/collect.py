@@ -4,16 +4,18 @@ collect one env step into the storage, and learn from one HER batch."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-from her_envs import VectorStep, check_rewards, split_autoreset, step_info
+import her
+from her_agents.base import Agent
+from her_envs import GoalEnvSpec, VectorStep, check_rewards, split_autoreset, step_info
 
 __all__ = ["choose_action", "collect_step", "learn_step", "normalize_from_episode"]
 
 
-def choose_action(agent: Any, obs: dict[str, np.ndarray], spec: Any, n_envs: int, warmup: bool,
+def choose_action(agent: Agent, obs: dict[str, np.ndarray], spec: GoalEnvSpec, n_envs: int, warmup: bool,
                   rng: np.random.Generator) -> np.ndarray:
     """Uniform random actions in ``[-1, 1]`` during warm-up (the agents' action space, which the env layer maps
     onto the env's bounds), else the agent's exploring action; float32 [n_envs, action_dim]."""
@@ -22,7 +24,7 @@ def choose_action(agent: Any, obs: dict[str, np.ndarray], spec: Any, n_envs: int
     return agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
 
 
-def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, storage: Any,
+def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: np.ndarray, storage: her.EpisodeStorage,
                  info_shapes: Mapping[str, tuple[int, ...]], reward_range: tuple[float, float] | None = None,
                  env_id: str = "the env") -> tuple[dict[str, np.ndarray], VectorStep, list[tuple[int, int]]]:
     """Step a SAME_STEP-autoreset vector env and store the transition of every env.
@@ -44,7 +46,7 @@ def collect_step(env: Any, obs: dict[str, np.ndarray], action: np.ndarray, stora
     return next_obs, step, stored
 
 
-def learn_step(agent: Any, replay: Any, batch_size: int, metrics: dict[str, list[float]]) -> None:
+def learn_step(agent: Agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]]) -> None:
     """Sample a batch, update the agent, feed its TD errors back to the sampler (prioritized replay) and append
     the scalar metrics to ``metrics``."""
     batch = replay.sample(batch_size)
@@ -55,7 +57,8 @@ def learn_step(agent: Any, replay: Any, batch_size: int, metrics: dict[str, list
             metrics.setdefault(k, []).append(float(v))
 
 
-def normalize_from_episode(agent: Any, replay: Any, start: int, T: int, relabeled: bool = True) -> None:
+def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int, T: int, relabeled: bool = True
+                           ) -> None:
     """Feed the agent's normalizers the observations and goals of a newly stored episode: with ``relabeled``,
     a HER-relabeled batch of its transitions (openai/baselines, so goal statistics include relabeled goals),
     else the stored desired goals."""

@@ -1,5 +1,18 @@
 """Run configuration: typed dataclasses (the documented defaults), YAML files in ``configs/`` and ``key=value``
 overrides, merged with OmegaConf. Unknown keys are refused with the list of valid ones.
+
+Who checks what, once:
+
+- types and choices (``Literal`` fields): OmegaConf while merging the layers (naming the key and what the user
+  wrote), then each section's ``__post_init__`` (:func:`her_agents.fields.check_types`, which also covers a
+  section built directly);
+- ranges: each section's ``__post_init__``; the replay values (and ``train.gamma``) are the ``her`` library's, so
+  :func:`check_replay` builds its pieces from them and names the key in its error;
+- the ``agent`` section: the algorithm's config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``), picked
+  by ``algo`` after all layers are merged (:func:`agent_section`), so an ``algo=`` override re-types the section.
+
+:func:`load_config` and :func:`resume_config` build the merged values into :class:`Config` (which runs those
+checks) and return it as a DictConfig, the ``agent`` section filled with the algorithm's defaults.
 """
 
 from __future__ import annotations
@@ -7,19 +20,44 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import io
+import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from her_agents.fields import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    check_ranges,
+    check_types,
+    describe_type,
+    require,
+)
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-__all__ = ["RESUME_FROZEN", "Config", "check_device", "config_dir", "load_config", "resolve_config_path", "resume_config"]
+    from her_agents.base import AgentConfig
+
+__all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig", "LogConfig",
+           "ReplayConfig", "TrainConfig", "WandbConfig", "agent_config", "agent_section", "check_device", "check_replay",
+           "config_dir", "load_config", "resolve_config_path", "resume_config"]
+
+Vectorization = Literal["sync", "async"]
+Strategy = Literal["future", "final", "episode", "mixed"]
+"""The values of :class:`her.RelabelStrategy`."""
+WandbMode = Literal["auto", "online", "offline", "disabled"]
+DistMode = Literal["data_parallel", "actor_learner"]
+DistBackend = Literal["auto", "gloo", "nccl"]
+DEVICES = ("auto", "cpu", "cuda")
+"""``train.device``: one of these or ``cuda:N``."""
 
 
 @dataclass
@@ -27,74 +65,112 @@ class EnvConfig:
     id: str = "FetchPush-v4"
     """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env."""
     n_envs: int = 1
-    """Parallel training envs (gymnasium vector env); each env step counts n_envs env steps."""
-    vectorization: str = "sync"
+    """Parallel training envs (gymnasium vector env, >= 1); each env step counts n_envs env steps."""
+    vectorization: Vectorization = "sync"
     """"sync" (one process) or "async" (a subprocess per env)."""
     eval_envs: int = 10
-    """Parallel envs used for evaluation episodes."""
+    """Parallel envs used for evaluation episodes (>= 1)."""
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: a value of the wrong type or choice, fewer than 1 env."""
+        check_types(self)
+        check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE})
 
 
 @dataclass
 class ReplayConfig:
+    """The HER replay (``her.HerReplayBuffer`` and its pieces). The ``her`` library checks the ranges of these
+    values when it builds the replay; :func:`check_replay` runs those checks at load time."""
+
     capacity: int = 1_000_000
-    """Transitions kept (whole episodes are dropped, oldest first)."""
-    strategy: str = "future"
+    """Transitions kept (>= 1; whole episodes are dropped, oldest first)."""
+    strategy: Strategy = "future"
     """HER relabel strategy: future | final | episode | mixed (future + other episodes' desired goals)."""
     n_sampled_goal: int = 4
-    """k: relabel probability k/(k+1). 0 disables HER."""
+    """k >= 0: relabel probability k/(k+1). 0 disables HER."""
     other_desired_fraction: float = 0.5
-    """Strategy mixed: share of the relabeled goals drawn from stored desired goals (the rest are future goals)."""
+    """Strategy mixed: share (in [0, 1]) of the relabeled goals drawn from stored desired goals (the rest are future
+    goals)."""
     n_step: int = 1
-    """n-step returns (1 = one-step TD)."""
+    """n-step returns (>= 1; 1 = one-step TD)."""
     stop_at_success: bool = False
     """End the n-step window where the (relabeled) goal is first achieved (Yang et al. 2021)."""
     prioritized: bool = False
     """Proportional prioritized replay (Schaul et al. 2016)."""
     alpha: float = 0.6
-    """Prioritization exponent."""
+    """Prioritization exponent (>= 0)."""
     beta0: float = 0.4
-    """Initial importance-sampling exponent, annealed linearly to 1 over the run's updates."""
+    """Initial importance-sampling exponent (in [0, 1]), annealed linearly to 1 over the run's updates."""
     eps: float = 1e-6
-    """Added to |TD error| so no priority is 0."""
+    """Added to |TD error| so no priority is 0 (> 0)."""
     td_error_clip: float | None = None
-    """Upper clip of |TD error| before the priority (None = no clip)."""
+    """Upper clip (> 0) of |TD error| before the priority (None = no clip)."""
     rank_based: bool = False
     """Rank-based instead of proportional prioritization."""
+
+    def __post_init__(self) -> None:
+        """Types and choices only (the ranges are ``her``'s, see :func:`check_replay`); ``capacity`` too, which
+        ``her`` checks in its storage, built here without allocating one.
+
+        Raises:
+            ValueError: a value of the wrong type or choice, a capacity < 1.
+        """
+        check_types(self)
+        check_ranges(self, {"capacity": AT_LEAST_ONE})
 
 
 @dataclass
 class TrainConfig:
     total_env_steps: int = 200_000
-    """Env steps to train for (summed over envs)."""
+    """Env steps to train for (summed over envs, >= 1)."""
     warmup_steps: int = 1_000
-    """Initial env steps with uniform random actions."""
+    """Initial env steps with uniform random actions (>= 0)."""
     learning_starts: int = 1_000
-    """Env steps before the first update (there must also be one complete episode stored)."""
+    """Env steps before the first update (>= 0; there must also be one complete episode stored)."""
     updates_per_step: float = 0.4
-    """Gradient updates per env step (baselines HER: 40 updates per 100 steps)."""
+    """Gradient updates per env step (>= 0; baselines HER: 40 updates per 100 steps)."""
     update_every: int = 1
-    """Do the updates in blocks every this many env steps (50 = once per Fetch episode, baselines' cycles)."""
+    """Do the updates in blocks every this many env steps (>= 1; 50 = once per Fetch episode, baselines'
+    cycles)."""
     batch_size: int = 256
-    """Transitions per update."""
+    """Transitions per update (in [1, replay.capacity])."""
     gamma: float = 0.98
-    """Discount factor (baselines: 1 - 1/T for T = 50)."""
+    """Discount factor in (0, 1] (checked by ``her``'s returns, see :func:`check_replay`; baselines: 1 - 1/T for
+    T = 50)."""
     eval_every: int = 20_000
-    """Evaluate every this many env steps (and at the end)."""
+    """Evaluate every this many env steps (>= 1; and at the end)."""
     eval_episodes: int = 50
-    """Deterministic evaluation episodes per evaluation."""
+    """Deterministic evaluation episodes per evaluation (>= 1)."""
     seed: int = 0
-    """Seeds envs, numpy, torch and the replay; a CPU run is reproducible."""
+    """Seeds envs, numpy, torch and the replay, in [0, 2**32 - 10000) (eval envs use seed + 10000); a CPU run is
+    reproducible."""
     device: str = "auto"
-    """auto | cpu | cuda."""
+    """auto | cpu | cuda | cuda:N (whether this machine has it is checked when training starts,
+    :func:`check_device`)."""
     torch_threads: int = 1
-    """torch intra-op threads (1 is fastest on a shared 2-core box)."""
+    """torch intra-op threads (>= 1; 1 is fastest on a shared 2-core box)."""
     normalizer_relabeled: bool = True
     """Feed the normalizer HER-relabeled samples of each new episode (baselines), else raw stored goals."""
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: a value of the wrong type, out of range, or a device that is not auto, cpu, cuda or
+                cuda:N."""
+        check_types(self)
+        check_ranges(self, {
+            "total_env_steps": AT_LEAST_ONE, "warmup_steps": NON_NEGATIVE, "learning_starts": NON_NEGATIVE,
+            "updates_per_step": NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
+            "eval_every": AT_LEAST_ONE, "eval_episodes": AT_LEAST_ONE,
+            "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
+        })
+        require(self.device in DEVICES or re.fullmatch(r"cuda:\d+", self.device) is not None, "device",
+                "auto, cpu, cuda or cuda:N", self.device)
 
 
 @dataclass
 class WandbConfig:
-    mode: str = "auto"
+    mode: WandbMode = "auto"
     """auto | online | offline | disabled. auto: WANDB_MODE if set, online with an API key, else offline."""
     project: str = "her-robotics"
     entity: str | None = None
@@ -102,10 +178,16 @@ class WandbConfig:
     group: str | None = None
     name: str | None = None
     init_timeout_s: float = 20.0
-    """Seconds an online ``wandb.init`` may take (no network, a server that does not answer) before the run
+    """Seconds (> 0) an online ``wandb.init`` may take (no network, a server that does not answer) before the run
     logs offline instead."""
     finish_timeout_s: float = 120.0
-    """Seconds the final upload may take; what is left stays on disk for ``wandb sync``."""
+    """Seconds (> 0) the final upload may take; what is left stays on disk for ``wandb sync``."""
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: a value of the wrong type or choice, a timeout <= 0."""
+        check_types(self)
+        check_ranges(self, {"init_timeout_s": POSITIVE, "finish_timeout_s": POSITIVE})
 
 
 @dataclass
@@ -119,24 +201,36 @@ class LogConfig:
     save_replay: bool = False
     """Also save the replay storage (compressed .npz) beside each checkpoint, for exact resume."""
     video_every: int = 0
-    """Log an evaluation video to W&B every N evaluations (0 = never)."""
+    """Log an evaluation video to W&B every N evaluations (>= 0; 0 = never)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: a value of the wrong type, a negative ``video_every``."""
+        check_types(self)
+        check_ranges(self, {"video_every": NON_NEGATIVE})
 
 
 @dataclass
 class DistConfig:
     """Multi-process training under ``torchrun`` (ignored in a plain single-process run)."""
 
-    mode: str = "data_parallel"
+    mode: DistMode = "data_parallel"
     """data_parallel: every rank collects and learns, gradients all-reduced (``agents/distributed.py``).
     actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/actor_learner.py``)."""
-    backend: str = "auto"
+    backend: DistBackend = "auto"
     """Collective backend of data_parallel: auto (nccl with CUDA, else gloo) | gloo | nccl."""
     weight_sync_every: int = 50
-    """actor_learner: the learner publishes actor weights + normalizers every this many updates; actors fetch
-    the newest version after each episode."""
+    """actor_learner: the learner publishes actor weights + normalizers every this many updates (>= 1); actors
+    fetch the newest version after each episode."""
     timeout_s: float = 300.0
-    """Rendezvous / collective timeout in seconds (a rank that does not show up -> clear error)."""
+    """Rendezvous / collective timeout in seconds (> 0; a rank that does not show up -> clear error)."""
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: a value of the wrong type or choice, out of range."""
+        check_types(self)
+        check_ranges(self, {"weight_sync_every": AT_LEAST_ONE, "timeout_s": POSITIVE})
 
 
 @dataclass
@@ -145,11 +239,122 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: str = "ddpg"
-    """ddpg | td3 | sac."""
+    """ddpg | td3 | sac (the registered algorithms, :data:`her_agents.registry.AGENTS`; case-insensitive)."""
     agent: dict[str, Any] = field(default_factory=dict)
-    """Algorithm settings passed to the agent (see the agent's config dataclass); unknown keys are refused."""
+    """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``):
+    given keys are checked and converted, missing ones get the dataclass's defaults, except :data:`LOOP_OWNED`
+    (refused) and ``q_clip``, which stays absent unless set (the loop then derives it from the env's reward
+    range and ``train.gamma``)."""
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+
+    def __post_init__(self) -> None:
+        """Types the ``agent`` section for ``algo`` (:func:`agent_section`), runs ``her``'s checks of the replay
+        values (:func:`check_replay`) and the checks across sections.
+
+        Raises:
+            ValueError: one line naming the key: an unknown algo, an ``agent`` key the algorithm does not have
+                or one it refuses, a replay value ``her`` refuses, ``train.batch_size`` above
+                ``replay.capacity``.
+        """
+        check_types(self)
+        from her_agents.registry import algo_name
+
+        self.algo = algo_name(self.algo)
+        self.agent = agent_section(self.algo, self.agent)
+        check_replay(self.replay, self.train.gamma)
+        require(self.train.batch_size <= self.replay.capacity, "train.batch_size", "in [1, replay.capacity]",
+                self.train.batch_size)
+
+
+#: agent fields the training loop sets, refused in the ``agent`` section: {field: the key to use instead}
+LOOP_OWNED = {"seed": "train.seed", "device": "train.device", "n_threads": "train.torch_threads"}
+
+#: agent fields the loop derives when the section leaves them out (``q_clip``: from the env's reward range)
+DERIVED_WHEN_UNSET = ("q_clip",)
+
+
+def agent_section(algo: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``agent`` section typed by ``algo``'s config dataclass: ``values`` checked and converted (lists of
+    sizes become tuples of ints, ints become floats where a float is expected), every other field with its
+    default, except :data:`LOOP_OWNED` and, when not in ``values``, :data:`DERIVED_WHEN_UNSET`.
+
+    Args:
+        algo: a registered algorithm name.
+        values: the section as merged from the defaults, YAML layers and overrides.
+
+    Raises:
+        ValueError: one line naming ``agent.<key>``: a key of the loop (with the key to use), a key ``algo``
+            does not have (with the valid ones), a value of the wrong type, not among the choices or out of
+            range (the dataclass's own checks).
+    """
+    from her_agents.registry import config_class
+
+    config_cls = config_class(algo)
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    for key in values:
+        if key in LOOP_OWNED:
+            raise ValueError(f"agent.{key} is set by the training loop: use {LOOP_OWNED[key]}")
+        if key not in names:
+            valid = sorted(k for k in names if k not in LOOP_OWNED)
+            raise ValueError(f"unknown key 'agent.{key}' for algo {algo!r}; valid agent keys: {', '.join(valid)}")
+    try:
+        typed = config_cls(**values)
+    except ValueError as exc:
+        raise ValueError(f"agent.{exc}") from None
+    drop = set(LOOP_OWNED) | {k for k in DERIVED_WHEN_UNSET if k not in values}
+    return {k: v for k, v in dataclasses.asdict(typed).items() if k not in drop}
+
+
+def agent_config(cfg: DictConfig | Config, **fields: Any) -> AgentConfig:
+    """The ``agent`` section of a loaded config as its algorithm's dataclass, e.g. ``DDPGConfig``.
+
+    Args:
+        cfg: from :func:`load_config` or :func:`resume_config`.
+        fields: values the loop sets, e.g. ``seed=cfg.train.seed``, ``q_clip=...``; they win over the section.
+
+    Raises:
+        ValueError: a field the dataclass refuses.
+    """
+    from her_agents.registry import config_class
+
+    section = OmegaConf.to_container(cfg.agent, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg.agent)
+    return config_class(cfg.algo)(**{**section, **fields})
+
+
+#: ``her``'s argument names in its error messages -> the config key
+_HER_KEYS = {"n_sampled_goal": "replay.n_sampled_goal",
+             "other_desired_fraction": "replay.other_desired_fraction", "n_step": "replay.n_step",
+             "gamma": "train.gamma", "alpha": "replay.alpha", "beta0": "replay.beta0", "eps": "replay.eps",
+             "td_error_clip": "replay.td_error_clip"}
+
+
+def check_replay(replay: ReplayConfig, gamma: float) -> None:
+    """Run ``her``'s own checks of the replay values: build the relabeler (``MixedGoals``, which checks k and the
+    desired-goal share for every strategy), the returns and a prioritized sampler (over a one-slot storage)
+    from them, as ``train.build_replay`` does with the real storage.
+
+    Raises:
+        ValueError: ``her``'s message with the config key in front, e.g. ``replay.beta0 must be in [0, 1], got
+            2.0`` or ``train.gamma must be in (0, 1], got 1.5``.
+    """
+    import her
+
+    r = replay
+    pieces = (
+        lambda: her.MixedGoals(r.n_sampled_goal, r.other_desired_fraction),
+        lambda: her.make_returns(r.n_step, gamma),
+        lambda: her.PrioritizedSampler(her.EpisodeStorage(1, (0,), (0,)), r.alpha, r.beta0, eps=r.eps,
+                                       td_error_clip=r.td_error_clip, rank_based=r.rank_based),
+    )
+    for build in pieces:
+        try:
+            build()
+        except ValueError as exc:
+            msg = str(exc)
+            name = msg.split(" ", 1)[0]
+            keyed = f"{_HER_KEYS[name]}{msg[len(name):]}" if name in _HER_KEYS else f"replay: {msg}"
+            raise ValueError(keyed) from None
 
 
 def config_dir() -> Traversable:
@@ -198,23 +403,6 @@ def _field_type(key: str) -> Any:
     return hint
 
 
-def _describe_type(hint: Any) -> str:
-    """``int`` -> "an integer", ``float | None`` -> "a number or null", ``tuple[int, ...]`` -> "a list of
-    integers", ..."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if type(None) in typing.get_args(hint):
-        rest = args[0] if len(args) == 1 else typing.Union[tuple(args)]  # noqa: UP007
-        return f"{_describe_type(rest)} or null"
-    origin = typing.get_origin(hint)
-    if origin in (list, tuple):
-        inner = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        of = _describe_type(inner[0]) if inner else "values"
-        n = f"{len(inner)} " if origin is tuple and Ellipsis not in typing.get_args(hint) and len(inner) > 1 else ""
-        plural = {"an integer": "integers", "a number": "numbers", "a string": "strings", "true or false": "booleans"}
-        return f"a list of {n}{plural.get(of, of)}"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
-
-
 def _raw_override(key: str, overrides: list[str] | None, value: Any) -> str:
     """What the user wrote for ``key`` (the last ``key=...`` override), else ``repr(value)``."""
     for o in reversed(overrides or []):
@@ -236,17 +424,19 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
         value = getattr(exc, "value", None)
         value = value._value() if hasattr(value, "_value") else value  # an OmegaConf node
         got = _raw_override(key, overrides, value)
-        raise ValueError(f"{key} must be {_describe_type(_field_type(key))}, got {got} "
+        raise ValueError(f"{key} must be {describe_type(_field_type(key))}, got {got} "
                          f"({type(value).__name__})") from None
 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> DictConfig:
-    """Defaults <- YAML file (``defaults:`` entries first) <- ``key=value`` overrides.
+    """Defaults <- YAML file (``defaults:`` entries first) <- ``key=value`` overrides, then checked by the
+    sections (:class:`Config`); the ``agent`` section is typed by the final ``algo``'s config dataclass and
+    holds all of its fields (see :attr:`Config.agent`).
 
     Raises:
         ValueError: one line naming the key, what was expected and what came: an unknown key (with the list
-            of valid keys), a value of the wrong type or out of range, an override that is not ``key=value``, a
-            YAML file that does not parse, is empty or is not a mapping.
+            of valid keys), a value of the wrong type, not among the choices or out of range, an override that
+            is not ``key=value``, a YAML file that does not parse, is empty or is not a mapping.
         FileNotFoundError: ``path`` is neither a file nor a shipped config name.
     """
     base = OmegaConf.structured(Config)
@@ -256,9 +446,25 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     _check_overrides(overrides)
     if overrides:
         layers.append(OmegaConf.from_dotlist(overrides))
-    cfg = _merge(base, layers, overrides)
-    _check_values(cfg)
-    return cfg
+    return _checked(_merge(base, layers, overrides))
+
+
+def _checked(cfg: DictConfig) -> DictConfig:
+    """``cfg`` built into :class:`Config` (each section's ``__post_init__`` checks its values, ``Config``'s types
+    the ``agent`` section) and back into a DictConfig."""
+    return OmegaConf.structured(_build(Config, OmegaConf.to_container(cfg, resolve=True)))
+
+
+def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
+    """``cls(**values)`` with its dataclass fields built first; a section's ValueError gets the section's key
+    in front (``env.``, ``log.wandb.``; the root's messages name their keys in full)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {k: _build(hints[k], v, f"{prefix}{k}.") if dataclasses.is_dataclass(hints[k]) else v
+              for k, v in values.items()}
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ValueError(f"{prefix}{exc}") from None
 
 
 def _check_overrides(overrides: list[str] | None) -> None:
@@ -273,7 +479,9 @@ RESUME_FROZEN = ("env.id", "env.n_envs", "algo", "agent.hidden", "agent.layer_no
 
 
 def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> DictConfig:
-    """The config of a resumed run: its saved config (``checkpoint["config"]``) <- ``key=value`` overrides.
+    """The config of a resumed run: its saved config (``checkpoint["config"]``) <- ``key=value`` overrides,
+    checked and typed as in :func:`load_config`. A saved ``agent`` section may be partial (run directories of
+    earlier versions): the missing fields get the algorithm's defaults.
 
     Overrides may change e.g. ``train.total_env_steps``, ``train.eval_every``, ``train.eval_episodes``,
     ``env.eval_envs`` and ``log.*``; the keys in :data:`RESUME_FROZEN` and ``log.run_dir`` cannot change.
@@ -288,29 +496,27 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
             raise ValueError("log.run_dir cannot be set with --resume: the run continues in its own directory "
                              "(the --resume argument)")
     base = OmegaConf.structured(Config)
-    old = _merge(base, [OmegaConf.create(saved)], None)
-    cfg = _merge(base, [old, OmegaConf.from_dotlist(list(overrides or []))], overrides)
-    for key in RESUME_FROZEN:
-        before, after = _frozen_value(old, key), _frozen_value(cfg, key)
+    old = _checked(_merge(base, [OmegaConf.create(saved)], None))
+    merged = _merge(base, [old, OmegaConf.from_dotlist(list(overrides or []))], overrides)
+    agent_keys = [k for k in RESUME_FROZEN if k.startswith("agent.")]
+    _check_frozen(old, merged, [k for k in RESUME_FROZEN if k not in agent_keys])  # before algo re-types agent
+    cfg = _checked(merged)
+    _check_frozen(old, cfg, agent_keys)
+    return cfg
+
+
+def _check_frozen(old: DictConfig, new: DictConfig, keys: list[str]) -> None:
+    for key in keys:
+        before, after = _plain(OmegaConf.select(old, key)), _plain(OmegaConf.select(new, key))
         if before != after:
             raise ValueError(f"{key} cannot change on --resume: the run has {before!r}, got {after!r} (start a new "
                              "run for that; train.total_env_steps, train.eval_*, env.eval_envs and log.* may "
                              "change)")
-    _check_values(cfg)
-    return cfg
 
 
-def _frozen_value(cfg: DictConfig, key: str) -> Any:
-    if key.startswith("agent."):
-        from her_agents.registry import AGENTS
-
-        name = key.split(".", 1)[1]
-        defaults = {f.name: f.default for f in dataclasses.fields(AGENTS[cfg.algo][1])
-                    if f.default is not dataclasses.MISSING} if cfg.algo in AGENTS else {}
-        value = cfg.agent[name] if name in cfg.agent else defaults.get(name)
-        value = OmegaConf.to_object(value) if OmegaConf.is_config(value) else value
-        return list(value) if isinstance(value, (list, tuple)) else value
-    return OmegaConf.select(cfg, key)
+def _plain(value: Any) -> Any:
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def _read_yaml(path: Path | Traversable) -> list[DictConfig]:
@@ -361,121 +567,3 @@ def check_device(device: str) -> None:
     if index >= torch.cuda.device_count():
         raise ValueError(f"train.device must be a GPU this machine has (cuda:0 to cuda:"
                          f"{torch.cuda.device_count() - 1}), got {device!r}")
-
-
-def _check_values(cfg: DictConfig) -> None:
-    from her_agents.registry import AGENTS
-    from her import STRATEGIES
-
-    k = cfg.replay.n_sampled_goal
-    checks = [
-        (cfg.algo in AGENTS, f"algo must be one of {sorted(AGENTS)}", cfg.algo),
-        (cfg.replay.strategy in STRATEGIES, f"replay.strategy must be one of {STRATEGIES}", cfg.replay.strategy),
-        (k >= 0, "replay.n_sampled_goal (k) must be an integer >= 0", k),
-        (0 <= cfg.replay.other_desired_fraction <= 1, "replay.other_desired_fraction must be in [0, 1]",
-         cfg.replay.other_desired_fraction),
-        (cfg.replay.n_step >= 1, "replay.n_step must be >= 1", cfg.replay.n_step),
-        (cfg.replay.capacity >= 1, "replay.capacity must be >= 1", cfg.replay.capacity),
-        (cfg.env.n_envs >= 1, "env.n_envs must be >= 1", cfg.env.n_envs),
-        (cfg.env.eval_envs >= 1, "env.eval_envs must be >= 1", cfg.env.eval_envs),
-        (cfg.replay.alpha >= 0, "replay.alpha must be >= 0", cfg.replay.alpha),
-        (0 <= cfg.replay.beta0 <= 1, "replay.beta0 must be in [0, 1]", cfg.replay.beta0),
-        (cfg.replay.eps > 0, "replay.eps must be > 0", cfg.replay.eps),
-        (cfg.train.warmup_steps >= 0, "train.warmup_steps must be >= 0", cfg.train.warmup_steps),
-        (0 <= cfg.train.seed < 2**32 - 10_000, "train.seed must be in [0, 2**32 - 10000)", cfg.train.seed),
-        (cfg.train.learning_starts >= 0, "train.learning_starts must be >= 0", cfg.train.learning_starts),
-        (cfg.train.torch_threads >= 1, "train.torch_threads must be >= 1", cfg.train.torch_threads),
-        (cfg.log.video_every >= 0, "log.video_every must be >= 0", cfg.log.video_every),
-        (cfg.log.wandb.init_timeout_s > 0, "log.wandb.init_timeout_s must be > 0", cfg.log.wandb.init_timeout_s),
-        (cfg.log.wandb.finish_timeout_s > 0, "log.wandb.finish_timeout_s must be > 0",
-         cfg.log.wandb.finish_timeout_s),
-        (cfg.env.vectorization in ("sync", "async"), "env.vectorization must be sync or async", cfg.env.vectorization),
-        (cfg.train.total_env_steps >= 1, "train.total_env_steps must be >= 1", cfg.train.total_env_steps),
-        (cfg.train.updates_per_step >= 0, "train.updates_per_step must be >= 0", cfg.train.updates_per_step),
-        (cfg.train.update_every >= 1, "train.update_every must be >= 1", cfg.train.update_every),
-        (1 <= cfg.train.batch_size <= cfg.replay.capacity, "train.batch_size must be in [1, replay.capacity]",
-         cfg.train.batch_size),
-        (cfg.replay.td_error_clip is None or cfg.replay.td_error_clip > 0, "replay.td_error_clip must be > 0 or null",
-         cfg.replay.td_error_clip),
-        (0 < cfg.train.gamma <= 1, "train.gamma must be in (0, 1]", cfg.train.gamma),
-        (cfg.train.eval_every >= 1, "train.eval_every must be >= 1", cfg.train.eval_every),
-        (cfg.train.eval_episodes >= 1, "train.eval_episodes must be >= 1", cfg.train.eval_episodes),
-        (cfg.train.device in ("auto", "cpu", "cuda") or str(cfg.train.device).startswith("cuda:"),
-         "train.device must be auto, cpu or cuda", cfg.train.device),
-        (cfg.log.wandb.mode in ("auto", "online", "offline", "disabled"),
-         "log.wandb.mode must be auto, online, offline or disabled", cfg.log.wandb.mode),
-        (cfg.dist.mode in ("data_parallel", "actor_learner"), "dist.mode must be data_parallel or actor_learner",
-         cfg.dist.mode),
-        (cfg.dist.backend in ("auto", "gloo", "nccl"), "dist.backend must be auto, gloo or nccl", cfg.dist.backend),
-        (cfg.dist.weight_sync_every >= 1, "dist.weight_sync_every must be >= 1", cfg.dist.weight_sync_every),
-        (cfg.dist.timeout_s > 0, "dist.timeout_s must be > 0", cfg.dist.timeout_s),
-    ]
-    for ok, msg, got in checks:
-        if not ok:
-            raise ValueError(f"{msg}, got {got!r}")
-    _check_agent(cfg)
-
-
-#: ranges of agent options (those an algorithm has): (test, what is expected)
-AGENT_RANGES: dict[str, tuple[Any, str]] = {
-    "hidden": (lambda v: len(v) >= 1 and all(h >= 1 for h in v), "a non-empty list of positive integers "
-               "(hidden layer sizes must be positive)"),
-    "actor_lr": (lambda v: v > 0, "> 0"), "critic_lr": (lambda v: v > 0, "> 0"), "alpha_lr": (lambda v: v > 0, "> 0"),
-    "polyak": (lambda v: 0 <= v <= 1, "in [0, 1]"), "random_eps": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "noise_std": (lambda v: v >= 0, ">= 0"), "action_l2": (lambda v: v >= 0, ">= 0"),
-    "policy_noise": (lambda v: v >= 0, ">= 0"), "noise_clip": (lambda v: v >= 0, ">= 0"),
-    "policy_delay": (lambda v: v >= 1, ">= 1"), "n_critics": (lambda v: v >= 1, ">= 1"),
-    "target_update_interval": (lambda v: v >= 0, ">= 0"), "alpha": (lambda v: v > 0, "> 0"),
-    "norm_eps": (lambda v: v > 0, "> 0"), "norm_clip_obs": (lambda v: v > 0, "> 0"),
-    "norm_clip_range": (lambda v: v > 0, "> 0"),
-    "q_clip": (lambda v: v is None or (len(v) == 2 and v[0] <= v[1]), "null or [low, high] with low <= high"),
-}
-
-
-def _type_ok(value: Any, hint: Any) -> bool:
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if value is None:
-            return True
-        rest = [a for a in args if a is not type(None)]
-        return any(_type_ok(value, a) for a in rest)
-    origin = typing.get_origin(hint)
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            return False
-        inner = [a for a in args if a is not Ellipsis]
-        if origin is tuple and inner and Ellipsis not in args and len(inner) != len(value):
-            return False
-        return not inner or all(_type_ok(v, inner[0]) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint in (bool, str):
-        return isinstance(value, hint)
-    return True
-
-
-def _check_agent(cfg: DictConfig) -> None:
-    """Names, types and ranges of ``agent.*`` against the algorithm's config dataclass. ``seed``, ``device`` and
-    the torch threads are the loop's (``train.seed``, ``train.device``, ``train.torch_threads``)."""
-    from her_agents.registry import AGENTS
-
-    config_cls = AGENTS[cfg.algo][1]
-    hints = typing.get_type_hints(config_cls)
-    values = OmegaConf.to_container(cfg.agent, resolve=True)
-    owned = {"seed": "train.seed", "device": "train.device", "n_threads": "train.torch_threads"}
-    for key in values:
-        if key in owned:
-            raise ValueError(f"agent.{key} is set by the training loop: use {owned[key]}")
-        if key not in hints:
-            valid = sorted(k for k in hints if k not in owned)
-            raise ValueError(f"unknown key 'agent.{key}' for algo {cfg.algo!r}; valid agent keys: "
-                             f"{', '.join(valid)}")
-    for key, value in values.items():
-        if not _type_ok(value, hints[key]):
-            raise ValueError(f"agent.{key} must be {_describe_type(hints[key])}, got {value!r} "
-                             f"({type(value).__name__})")
-        test, expected = AGENT_RANGES.get(key, (None, ""))
-        if test is not None and not test(value):
-            raise ValueError(f"agent.{key} must be {expected}, got {value!r}")

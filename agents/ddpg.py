@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from her_agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from her_agents.fields import NON_NEGATIVE, check_ranges
 from her_agents.networks import DeterministicActor, EnsembleCritic
 
 
@@ -21,7 +22,13 @@ class DDPGConfig(AgentConfig):
     """DDPG options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
 
     action_l2: float = 1.0
-    """Weight of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
+    """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
+
+    def __post_init__(self) -> None:
+        """Raises:
+            ValueError: as :meth:`AgentConfig.__post_init__`, and a negative ``action_l2``."""
+        super().__post_init__()
+        check_ranges(self, {"action_l2": NON_NEGATIVE})
 
 
 class DDPGAgent(GoalConditionedAgentBase):

@@ -6,27 +6,30 @@ Launch (one machine, 2 processes)::
     torchrun --standalone --nproc_per_node=2 -m her_agents.cli fetch_push_ddpg train.total_env_steps=100000
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
-(plain ``her-train``) :func:`init_distributed` returns a single-process :class:`DistContext` whose hooks are
-no-ops, so the loop behaves exactly as before.
+(plain ``her-train``) :func:`train_data_parallel` runs the single-process loop.
 
-What each rank does (see the ``# DIST`` lines in ``agents/train.py``):
+Every rank runs the plain loop (``her_agents.train.train``) with a :class:`DistContext` as its
+:class:`~her_agents.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent:
 
 - :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
   GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved
   config (a hash is all-gathered; a mismatch names the ranks and keys that differ), then ``train.seed`` becomes
   ``seed + rank`` so every rank's envs, exploration noise and replay sampling differ;
-- :meth:`DistContext.setup_agent`: rank 0's networks (and normalizers) are broadcast to all ranks; an
+- :meth:`DistContext.wrap_agent`: rank 0's networks (and normalizers) are broadcast to all ranks; an
   optimizer step pre-hook averages the gradients of every optimizer of the agent (one flattened all-reduce per
-  optimizer step), so DDPG/TD3/SAC ``update()`` run unchanged and all ranks keep identical parameters;
-  ``update_normalizer`` only records the local (sum, sumsq, count) deltas;
-- :meth:`DistContext.sync_block`: before each block of updates (a fixed point: every rank reaches it at the same
-  env step) the ranks all-gather their normalizer deltas (added in rank order: bit-identical statistics
+  optimizer step), so DDPG/TD3/SAC ``update()`` run unchanged and all ranks keep identical parameters; the
+  wrapper's ``update_normalizer`` only records the local (sum, sumsq, count) deltas;
+- :meth:`DistContext.before_updates`: before each block of updates (a fixed point: every rank reaches it at the
+  same env step) the ranks all-gather their normalizer deltas (added in rank order: bit-identical statistics
   everywhere), whether they can learn and how many updates are pending (the minimum wins), so the number of
   updates, hence of gradient all-reduces, is the same on every rank and nobody deadlocks, also with episodes of
-  variable length;
+  variable length; a SIGINT / SIGTERM on any rank stops all of them at the next block (:meth:`should_stop`);
 - :meth:`DistContext.average_eval`: evaluation metrics are averaged over ranks (each rank evaluates
-  ``train.eval_episodes`` episodes on its own eval envs); rank 0 alone logs (stdout, ``metrics.csv``, W&B) and
-  writes checkpoints.
+  ``train.eval_episodes`` episodes on its own eval envs); rank 0 alone logs (stdout, ``metrics.csv``, W&B);
+- :meth:`DistContext.save_checkpoint`: each rank's own state (RNGs, env RNGs, replay schedules, pending
+  updates and normalizer deltas) is gathered into rank 0's ``checkpoint.pt``, and each rank writes its own
+  replay (``replay.npz`` for rank 0, ``replay-rank<r>.npz``) with ``log.save_replay``, in the crash-safe order
+  of ``her_agents.checkpoint``; a resume restores every rank's own state and refuses another world size.
 
 Step counts (``train.total_env_steps``, ``warmup_steps``, ``learning_starts``, ``eval_every``,
 ``updates_per_step``) are **per rank**: each rank runs the single-process loop on its own envs, so a run
@@ -51,24 +54,42 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
+from torch import nn
+
+from her_agents.base import Agent
+from her_agents.checkpoint import (
+    REPLAY_FILE,
+    commit_replay,
+    load_replay_arrays,
+    replay_name,
+    save_checkpoint,
+    write_pending_replay,
+)
+from her_agents.normalizer import RunningNormalizer
+from her_agents.train import LoopHooks, TrainResult, UpdateSchedule, train
 
 __all__ = [
+    "DataParallelAgent",
     "DistContext",
-    "NullLogger",
     "config_digest",
+    "config_mismatch_message",
+    "flat_config",
     "init_distributed",
     "rendezvous_env",
     "state_hash",
+    "train_data_parallel",
 ]
 
 RENDEZVOUS_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+NORMALIZERS = ("obs_normalizer", "goal_normalizer")
+
+T = TypeVar("T")
 
 
 def rendezvous_env() -> dict[str, Any]:
@@ -95,7 +116,8 @@ def rendezvous_env() -> dict[str, Any]:
     return {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0)}
 
 
-def _flat_config(cfg: DictConfig | dict) -> dict[str, Any]:
+def flat_config(cfg: DictConfig | dict) -> dict[str, Any]:
+    """The resolved config as ``{"dotted.key": value}``."""
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     out: dict[str, Any] = {}
 
@@ -112,7 +134,7 @@ def _flat_config(cfg: DictConfig | dict) -> dict[str, Any]:
 
 def config_digest(cfg: DictConfig) -> str:
     """sha256 of the resolved config (keys sorted)."""
-    return hashlib.sha256(json.dumps(_flat_config(cfg), sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(flat_config(cfg), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def state_hash(tensors: list[torch.Tensor | np.ndarray]) -> str:
@@ -139,29 +161,64 @@ def config_mismatch_message(flats: list[dict[str, Any]], digests: list[str], wha
             + "; ".join(parts) + ". Launch every rank with the same config file and overrides.")
 
 
-class NullLogger:
-    """The logger of ranks > 0: logs nothing, no W&B run, no metrics.csv."""
+class DataParallelAgent:
+    """An agent as one data-parallel rank trains it: every call goes to the wrapped agent, except
+    ``update_normalizer``, which records this rank's statistics in ``deltas`` (``{normalizer name: [sum,
+    sumsq, count]}``, float64) for :meth:`DistContext.before_updates` to merge across ranks."""
 
-    run_id = None
+    def __init__(self, agent: Agent, deltas: dict[str, list[np.ndarray]]) -> None:
+        self.agent = agent
+        self.deltas = deltas
 
-    def progress(self, total: int, initial: int = 0) -> tqdm:
-        return tqdm(total=total, initial=initial, disable=True)
+    @property
+    def obs_normalizer(self) -> RunningNormalizer:
+        return self.agent.obs_normalizer
 
-    def log(self, row: dict[str, Any], step: int) -> None:
-        pass
+    @property
+    def goal_normalizer(self) -> RunningNormalizer:
+        return self.agent.goal_normalizer
 
-    def log_video(self, agent: Any, env_id: str, step: int) -> None:
-        pass
+    @property
+    def rng(self) -> np.random.Generator:
+        return self.agent.rng
 
-    def checkpointed(self) -> None:
-        pass
+    @property
+    def num_updates(self) -> int:
+        return self.agent.num_updates
 
-    def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
-        pass
+    def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        return self.agent.act(observation, desired_goal, deterministic)
+
+    def update(self, batch: Any) -> dict[str, float | np.ndarray]:
+        return self.agent.update(batch)
+
+    def update_normalizer(self, observation: np.ndarray, desired_goal: np.ndarray) -> None:
+        for name, x in (("obs_normalizer", observation), ("goal_normalizer", desired_goal)):
+            if np.size(x):
+                for acc, part in zip(self.deltas[name], getattr(self.agent, name).partial_stats(x)):
+                    acc += part
+
+    def networks(self) -> dict[str, nn.Module]:
+        return self.agent.networks()
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return self.agent.optimizers()
+
+    def policy_state_dict(self) -> dict[str, Any]:
+        return self.agent.policy_state_dict()
+
+    def load_policy_state_dict(self, state: dict[str, Any]) -> None:
+        self.agent.load_policy_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.agent.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.agent.load_state_dict(state)
 
 
 @dataclass
-class DistContext:
+class DistContext(LoopHooks):
     """Rank information and the data-parallel hooks of the training loop (no-ops with one process)."""
 
     rank: int = 0
@@ -171,7 +228,9 @@ class DistContext:
     timeout_s: float = 300.0
     owns_group: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    agent: Any = None
+    agent: Agent | None = None
+    update_every: int = 1
+    n_envs: int = 1
     _pending: dict[str, list[np.ndarray]] = field(default_factory=dict)
     _hooks: list[Any] = field(default_factory=list)
 
@@ -185,7 +244,12 @@ class DistContext:
 
     # ------------------------------------------------------------------ set-up
     def prepare_config(self, cfg: DictConfig) -> DictConfig:
-        """Refuse different configs across ranks; return a copy with ``train.seed + rank`` (and the rank's GPU)."""
+        """Refuse different configs across ranks; return a copy with ``train.seed + rank`` (and the rank's GPU).
+
+        Raises:
+            ValueError: the ranks hold different configs (names the ranks and keys).
+        """
+        self.update_every, self.n_envs = int(cfg.train.update_every), int(cfg.env.n_envs)
         if not self.active:
             return cfg
         digest = config_digest(cfg)
@@ -193,15 +257,16 @@ class DistContext:
         dist.all_gather_object(digests, digest)
         if len(set(digests)) > 1:
             flats: list[Any] = [None] * self.world_size
-            dist.all_gather_object(flats, _flat_config(cfg))
+            dist.all_gather_object(flats, flat_config(cfg))
             raise ValueError(config_mismatch_message(flats, digests))
         cfg = cfg.copy()
         cfg.train.seed = int(cfg.train.seed) + self.rank
-        if self.backend == "nccl" and cfg.train.device in ("auto", "cuda"):
+        # a resumed run's config names rank 0's GPU (cuda:0): every rank takes its own again
+        if self.backend == "nccl" and str(cfg.train.device).startswith(("auto", "cuda")):
             cfg.train.device = f"cuda:{self.local_rank}"
         return cfg
 
-    def broadcast_object(self, obj: Any) -> Any:
+    def share(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank (e.g. the run directory, whose default name has a time stamp)."""
         if not self.active:
             return obj
@@ -209,32 +274,26 @@ class DistContext:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def setup_agent(self, agent: Any) -> None:
-        """Broadcast rank 0's networks and normalizers, hook gradient averaging, buffer normalizer deltas."""
+
+    def wrap_agent(self, agent: Agent) -> Agent:
+        """Broadcast rank 0's networks and normalizers, hook gradient averaging into the optimizers; the
+        returned :class:`DataParallelAgent` records normalizer statistics for :meth:`before_updates`."""
         self.agent = agent
         if not self.active:
-            return
-        items = agent._checkpoint_items()
+            return agent
         with torch.no_grad():
-            for module in (v for v in items.values() if isinstance(v, torch.nn.Module)):
+            for module in agent.networks().values():
                 for t in list(module.parameters()) + list(module.buffers()):
                     buf = t.data.to(self.device)
                     dist.broadcast(buf, src=0)
                     t.data.copy_(buf)
-        for name in ("obs_normalizer", "goal_normalizer"):
+        for name in NORMALIZERS:
             norm = getattr(agent, name)
-            norm.load_state_dict(self.broadcast_object(norm.state_dict()))
+            norm.load_state_dict(self.share(norm.state_dict()))
             self._pending[name] = [np.zeros(norm.size), np.zeros(norm.size), np.zeros(1)]
-        for opt in (v for v in items.values() if isinstance(v, torch.optim.Optimizer)):
+        for opt in agent.optimizers().values():
             self._hooks.append(opt.register_step_pre_hook(self._average_gradients))
-
-        def update_normalizer(observation: np.ndarray, desired_goal: np.ndarray) -> None:
-            for name, x in (("obs_normalizer", observation), ("goal_normalizer", desired_goal)):
-                if np.size(x):
-                    for acc, part in zip(self._pending[name], getattr(agent, name).partial_stats(x)):
-                        acc += part
-
-        agent.update_normalizer = update_normalizer  # instance attribute: the loop's calls now only record
+        return DataParallelAgent(agent, self._pending)
 
     def _average_gradients(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
@@ -250,8 +309,23 @@ class DistContext:
             offset += n
 
     # ------------------------------------------------------------------ loop hooks
-    def sync_block(self, agent: Any, can_learn: bool, pending_updates: float) -> tuple[bool, float]:
-        """Before a block of updates: merge the ranks' normalizer deltas; agree on learning and update count."""
+    def should_stop(self, requested: bool, env_steps: int) -> bool:
+        """All ranks stop together, at the start of a block of updates, when any rank was asked to."""
+        if not self.active:
+            return requested
+        return env_steps % self.update_every < self.n_envs and self.any_rank(requested)
+
+    def before_updates(self, schedule: UpdateSchedule) -> None:
+        """Merge the ranks' normalizer deltas; all ranks learn, the same number of updates, or none does."""
+        if not self.active:
+            return
+        schedule.can_learn, schedule.pending = self.sync_block(self.agent, schedule.can_learn, schedule.pending)
+        if not schedule.can_learn:
+            schedule.pending = 0.0
+
+    def sync_block(self, agent: Agent | None, can_learn: bool, pending_updates: float) -> tuple[bool, float]:
+        """Add the sum of every rank's normalizer deltas to ``agent``'s normalizers (in rank order) and reset
+        the deltas. Returns ``(every rank can learn, the fewest pending updates of any rank)``."""
         if not self.active:
             return can_learn, pending_updates
         names = list(self._pending)
@@ -303,6 +377,63 @@ class DistContext:
         return {"dist/world_size": self.world_size, "dist/global_env_steps": int(steps),
                 "dist/global_env_steps_per_s": rate}
 
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The normalizer deltas not merged yet (a checkpoint between blocks of updates)."""
+        return {"normalizer_deltas": {n: [a.copy() for a in v] for n, v in self._pending.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for n, arrays in state.get("normalizer_deltas", {}).items():
+            for acc, saved in zip(self._pending[n], arrays):
+                acc[...] = saved
+
+    def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
+                        replay_arrays: dict[str, np.ndarray] | None) -> None:
+        """Every rank's ``own`` state gathered into rank 0's ``checkpoint.pt`` (``ranks``, in rank order), each
+        rank's replay in its own file (:func:`her_agents.checkpoint.replay_name`): all pending replays are
+        written before the checkpoint, renamed after it, so every kill point leaves matching files.
+
+        Raises:
+            OSError (or what the failing write raised): this rank's write failed; RuntimeError: another rank's
+            did (the previous checkpoint stays valid).
+        """
+        if not self.active:
+            return super().save_checkpoint(run_dir, shared, own, replay_arrays)
+        name, steps = replay_name(self.rank), int(shared["counters"]["env_steps"])
+        pending, error = None, None
+        try:
+            if replay_arrays is not None:
+                pending = write_pending_replay(run_dir, replay_arrays, steps, name)
+        except Exception as exc:
+            error = exc
+        parts: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object((own, error is None), parts, dst=0)
+        written = False
+        if self.rank == 0 and all(ok for _, ok in parts):
+            try:
+                save_checkpoint(run_dir / "checkpoint.pt", {**shared, **own, "world_size": self.world_size,
+                                                            "ranks": [o for o, _ in parts]})
+                written = True
+            except Exception as exc:
+                error = exc
+        if not self.share(written):
+            if pending is not None:
+                pending.unlink(missing_ok=True)  # the previous checkpoint and replays stay a matching set
+            raise error or RuntimeError(f"rank {self.rank}: no checkpoint written at {steps} env steps: another "
+                                        "rank could not write its part (see its error)")
+        if pending is not None:
+            commit_replay(pending, name)
+        else:  # a replay of an overwritten run or of earlier checkpoints: not this state
+            (run_dir / (REPLAY_FILE if self.rank == 0 else f"{name}.npz")).unlink(missing_ok=True)
+
+    def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                             dict[str, np.ndarray] | None]:
+        """This rank's entry of ``state["ranks"]`` and its own replay file."""
+        if not self.active:
+            return super().checkpoint_part(run_dir, state)
+        own = state["ranks"][self.rank] if "ranks" in state else state  # an older checkpoint: rank 0's for all
+        return own, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]), replay_name(self.rank))
+
     # ------------------------------------------------------------------ end
     def dump(self) -> None:
         """With ``HER_DIST_DUMP=<dir>``: write this rank's parameter/normalizer hashes to ``<dir>/rank<r>.json``."""
@@ -310,13 +441,11 @@ class DistContext:
         if not out or self.agent is None:
             return
         agent = self.agent
-        items = agent._checkpoint_items()
-        modules = {k: v for k, v in items.items() if isinstance(v, torch.nn.Module)}
+        norms = {n: getattr(agent, n) for n in NORMALIZERS}
         info = {
             "rank": self.rank, "world_size": self.world_size, "num_updates": int(agent.num_updates),
-            "params": {k: state_hash(list(m.state_dict().values())) for k, m in modules.items()},
-            "normalizers": {n: state_hash([getattr(agent, n).sum, getattr(agent, n).sumsq, getattr(agent, n).count])
-                            for n in ("obs_normalizer", "goal_normalizer")},
+            "params": {k: state_hash(list(m.state_dict().values())) for k, m in agent.networks().items()},
+            "normalizers": {n: state_hash([v.sum, v.sumsq, v.count]) for n, v in norms.items()},
             "normalizer_count": float(agent.obs_normalizer.count[0]),
         }
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -379,3 +508,20 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
         ) from exc
     ctx.owns_group = True
     return ctx
+
+
+def train_data_parallel(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+    """This rank's part of a data-parallel run under torchrun (``her_agents.train.train`` with a
+    :class:`DistContext`); the plain single-process loop without torchrun's env vars.
+
+    Raises:
+        RuntimeError: a rendezvous that cannot form (see :func:`init_distributed`).
+        ValueError: the ranks hold different configs, and what ``train`` raises.
+    """
+    ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)
+    if not ctx.active:
+        return train(cfg, resume, overwrite)
+    try:
+        return train(ctx.prepare_config(cfg), resume, overwrite, hooks=ctx)
+    finally:
+        ctx.close()

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-__all__ = ["EXIT_CODES", "RunLogger", "wandb_mode"]
+__all__ = ["EXIT_CODES", "NullLogger", "RunLogger", "wandb_mode"]
 
 
 def _has_api_key() -> bool:
@@ -87,8 +87,8 @@ class RunLogger:
     def _init_wandb(self, resume_id: str | None) -> Any:
         """``wandb.init`` in ``self.mode``; an online init that fails (no API key, no network, a server that does
         not answer within ``log.wandb.init_timeout_s``) falls back to offline with one warning line."""
-        # This package's top-level module is named `agents`, which W&B takes for an LLM agents library and
-        # answers with a Weave advert; nothing here uses Weave.
+        # W&B answers an imported module it takes for an LLM library (e.g. a user's own `agents`) with a Weave
+        # advert; nothing here uses Weave.
         os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
         os.environ.setdefault("WANDB_SILENT", "true")  # also quiets the login notice printed before init
         import wandb
@@ -253,6 +253,27 @@ class RunLogger:
                 run.summary["error"] = f"{type(error).__name__}: {error}"
         finally:
             run.finish(exit_code=EXIT_CODES[status])
+
+
+class NullLogger:
+    """The logger of a process that does not log (data-parallel ranks > 0): no stdout, no metrics.csv, no W&B."""
+
+    run_id = None
+
+    def progress(self, total: int, initial: int = 0) -> tqdm:
+        return tqdm(total=total, initial=initial, disable=True)
+
+    def log(self, row: dict[str, Any], step: int) -> None:
+        pass
+
+    def log_video(self, agent: Any, env_id: str, step: int) -> None:
+        pass
+
+    def checkpointed(self) -> None:
+        pass
+
+    def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
+        pass
 
 
 def _typed_row(row: dict[str, str]) -> dict[str, Any]:

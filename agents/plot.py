@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["main", "plot_curves", "read_metrics", "results_table"]
+__all__ = ["build_parser", "main", "plot_curves", "read_metrics", "results_table"]
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
@@ -133,17 +133,34 @@ def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: 
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``her-plot`` argument parser (every option's help gives its default).
+
+    ``--label`` is listed for ``--help``; ``main`` splits the run directories into groups at each ``--label``
+    itself, since argparse cannot tie an option to the positionals before it.
+    """
     parser = argparse.ArgumentParser(
-        prog="her-plot", description=__doc__.split("\n\n")[0],
+        prog="her-plot", description=__doc__.split("\n\n")[0].replace("``", ""),
         usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M] "
               "[--title T] [--table [STEPS ...]]")
-    parser.add_argument("items", nargs="*", help="run directories, each group followed by --label NAME")
-    parser.add_argument("--out", default="learning_curves.png", help="PNG to write")
-    parser.add_argument("--metric", default="eval/success_rate")
-    parser.add_argument("--title")
+    parser.add_argument("items", nargs="*", metavar="RUN_DIR",
+                        help="run directories (or metrics.csv paths), each group followed by --label NAME")
+    parser.add_argument("--label", metavar="NAME", action="append",
+                        help="name of the curve of the run directories before it, repeatable (default: the run "
+                             "directory's name for a single run, 'runs' for several)")
+    parser.add_argument("--out", default="learning_curves.png", metavar="PNG",
+                        help="PNG to write (default: %(default)s)")
+    parser.add_argument("--metric", default="eval/success_rate", metavar="M",
+                        help="metrics.csv column to plot (default: %(default)s)")
+    parser.add_argument("--title", metavar="T", help="figure title (default: none)")
     parser.add_argument("--table", nargs="*", type=float, metavar="STEPS",
-                        help="print a markdown table instead (env steps to 0.5 / 0.9, the metric at STEPS)")
+                        help="print a markdown table instead of plotting (env steps to 0.5 / 0.9, the metric at "
+                             "STEPS; default: plot)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     # --label may appear several times between run directories: split the raw argv ourselves. Run directories
     # before a --label form its group; run directories after the last --label form one more group.
     argv = list(sys.argv[1:] if argv is None else argv)

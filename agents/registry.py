@@ -1,4 +1,5 @@
-"""``make_agent(algo, obs_dim, goal_dim, action_dim, **kwargs)``: the one factory the loop and CLI use."""
+"""``make_agent(algo, obs_dim, goal_dim, action_dim, **kwargs)``: the one factory the loop and CLI use, and the
+algorithm names with their config dataclasses (the run config types its ``agent`` section with them)."""
 
 from __future__ import annotations
 
@@ -20,31 +21,62 @@ AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
 AGENT_KWARGS = ("device", "n_threads")
 
 
-def config_fields(algo: str) -> list[str]:
-    """Names of the config options of ``algo``."""
-    return [f.name for f in dataclasses.fields(_lookup(algo)[1])]
+def algo_name(algo: str) -> str:
+    """The registered name of ``algo`` (case-insensitive: ``"TD3"`` -> ``"td3"``).
 
-
-def _lookup(algo: str) -> tuple[type[GoalConditionedAgentBase], type[AgentConfig]]:
+    Raises:
+        ValueError: not a registered algorithm (lists the valid ones).
+    """
     key = str(algo).lower()
     if key not in AGENTS:
         raise ValueError(f"unknown algo {algo!r}; valid algos: {sorted(AGENTS)}")
-    return AGENTS[key]
+    return key
 
 
-def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, **kwargs: Any) -> GoalConditionedAgentBase:
+def config_class(algo: str) -> type[AgentConfig]:
+    """The config dataclass of ``algo`` (``DDPGConfig``, ``TD3Config``, ``SACConfig``).
+
+    Raises:
+        ValueError: as :func:`algo_name`.
+    """
+    return AGENTS[algo_name(algo)][1]
+
+
+def config_fields(algo: str) -> list[str]:
+    """Names of the config options of ``algo``."""
+    return [f.name for f in dataclasses.fields(config_class(algo))]
+
+
+def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: AgentConfig | None = None,
+               **kwargs: Any) -> GoalConditionedAgentBase:
     """Build a ``"ddpg"``, ``"td3"`` or ``"sac"`` agent.
 
-    ``kwargs`` are the algorithm's config fields (e.g. ``actor_lr=1e-3``, ``hidden=[256, 256, 256]``) plus
-    ``device`` (``"auto"|"cpu"|"cuda"``) and ``n_threads``. Unknown names raise a ValueError listing them
-    and the valid ones.
+    Args:
+        algo: the algorithm's name (case-insensitive).
+        obs_dim, goal_dim, action_dim: sizes of the flat observation, goal and action.
+        config: the algorithm's config dataclass (e.g. from :func:`her_agents.config.agent_config`); then
+            ``kwargs`` may hold only ``device`` and ``n_threads``.
+        kwargs: without ``config``, the algorithm's config fields (e.g. ``actor_lr=1e-3``,
+            ``hidden=[256, 256, 256]``), validated by its dataclass; and ``device`` (``"auto"|"cpu"|"cuda"``)
+            and ``n_threads`` for the agent constructor.
+
+    Raises:
+        ValueError: an unknown algo or option name (listing the valid ones), an option the config dataclass
+            refuses (wrong type or out of range), or ``config`` together with config fields.
+        TypeError: ``config`` is not the algorithm's config dataclass.
     """
-    agent_cls, config_cls = _lookup(algo)
-    valid = [f.name for f in dataclasses.fields(config_cls)]
-    unknown = sorted(set(kwargs) - set(valid) - set(AGENT_KWARGS))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) for {algo!r}: {unknown}; valid options: {sorted(valid + list(AGENT_KWARGS))}"
-        )
+    agent_cls, config_cls = AGENTS[algo_name(algo)]
     agent_kw = {k: kwargs.pop(k) for k in AGENT_KWARGS if k in kwargs}
-    return agent_cls(obs_dim, goal_dim, action_dim, config_cls(**kwargs), **agent_kw)
+    if config is None:
+        valid = [f.name for f in dataclasses.fields(config_cls)]
+        unknown = sorted(set(kwargs) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) for {algo!r}: {unknown}; valid options: {sorted(valid + list(AGENT_KWARGS))}"
+            )
+        config = config_cls(**kwargs)
+    elif kwargs:
+        raise ValueError(f"pass config= or config options, not both (got config and {sorted(kwargs)})")
+    elif not isinstance(config, config_cls):
+        raise TypeError(f"config of {algo!r} must be a {config_cls.__name__}, got {type(config).__name__}")
+    return agent_cls(obs_dim, goal_dim, action_dim, config, **agent_kw)

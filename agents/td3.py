@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from her_agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from her_agents.fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from her_agents.networks import DeterministicActor, EnsembleCritic
 
 
@@ -22,22 +24,22 @@ class TD3Config(AgentConfig):
     """TD3 options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
 
     action_l2: float = 1.0
-    """Weight of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
+    """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
     n_critics: int = 2
-    """Number of critics; the target is the min over all of them."""
+    """Number of critics (>= 1); the target is the min over all of them."""
     policy_noise: float = 0.2
-    """Std of the target policy smoothing noise (actions in ``[-1, 1]``)."""
+    """Std (>= 0) of the target policy smoothing noise (actions in ``[-1, 1]``)."""
     noise_clip: float = 0.5
-    """The smoothing noise is clipped to ``[-noise_clip, noise_clip]``."""
+    """The smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (>= 0)."""
     policy_delay: int = 2
-    """Actor (and target) update every ``policy_delay`` critic updates."""
+    """Actor (and target) update every ``policy_delay`` (>= 1) critic updates."""
 
     def __post_init__(self) -> None:
+        """Raises:
+            ValueError: as :meth:`AgentConfig.__post_init__`, and a TD3 option out of its range."""
         super().__post_init__()
-        if self.policy_delay < 1:
-            raise ValueError(f"policy_delay must be >= 1, got {self.policy_delay}")
-        if self.n_critics < 1:
-            raise ValueError(f"n_critics must be >= 1, got {self.n_critics}")
+        check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "policy_noise": NON_NEGATIVE,
+                            "noise_clip": NON_NEGATIVE, "policy_delay": AT_LEAST_ONE})
 
 
 def smoothed_target_action(
@@ -135,6 +137,18 @@ class TD3Agent(GoalConditionedAgentBase):
 
     def _target_pairs(self):
         return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state plus ``last_actor_loss``: updates between delayed actor steps report it, so a resumed
+        run's metrics continue as the uninterrupted run's."""
+        state = super().state_dict()
+        state["last_actor_loss"] = self._actor_loss.detach().cpu().clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "last_actor_loss" in state:
+            self._actor_loss = torch.as_tensor(state["last_actor_loss"]).to(self.device)
 
     def _checkpoint_items(self):
         return {

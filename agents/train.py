@@ -1,7 +1,13 @@
 """The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
 
 One function, ``train(cfg)``, reads top to bottom: set-up, then per env step: act -> step -> store -> update;
-every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) and checkpoint atomically.
+every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) and checkpoint atomically. It
+runs in one process; ``her_agents.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
+
+The loop's pieces are public, and the Ape-X learner (``her_agents.actor_learner``) is built from them:
+:func:`build_agent` / :func:`build_replay`, :func:`open_run_dir`, :class:`UpdateSchedule` (how many updates
+are due), :class:`EvalLog` (evaluate and log a row), :class:`TrainingState` with :func:`save_training_state`
+(what a checkpoint holds, and writing it).
 """
 
 from __future__ import annotations
@@ -9,26 +15,62 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from her_agents.base import q_clip_for_env
-from her_agents.config import check_device
+from her_agents.base import Agent, q_clip_for_env
+from her_agents.checkpoint import (
+    REPLAY_FILE,
+    check_world_size,
+    flatten_arrays,
+    load_checkpoint,
+    load_process_rng_state,
+    load_replay_arrays,
+    load_replay_schedule,
+    process_rng_state,
+    replay_schedule,
+    save_run_state,
+    unflatten_arrays,
+    write_atomic,
+)
 from her_agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from her_agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state, write_atomic
-from her_agents.distributed import NullLogger, init_distributed  # DIST
-from her_agents.logger import RunLogger
+from her_agents.config import check_device
+from her_agents.logger import NullLogger, RunLogger
 from her_agents.registry import make_agent
-from her_agents.run_control import GracefulStop, TrainingStopped, prepare_run_dir
-from her_envs import goal_env_spec, make_vector_env, split_autoreset
+from her_agents.run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
+from her_envs import (
+    GoalEnvSpec,
+    goal_env_spec,
+    make_vector_env,
+    set_vector_rng_states,
+    split_autoreset,
+    vector_rng_states,
+)
 
-__all__ = ["TrainResult", "build_replay", "evaluate", "train"]
+__all__ = [
+    "EvalLog",
+    "LoopHooks",
+    "TrainResult",
+    "TrainingState",
+    "UpdateSchedule",
+    "build_agent",
+    "build_replay",
+    "evaluate",
+    "new_counters",
+    "open_run_dir",
+    "save_training_state",
+    "seed_everything",
+    "train",
+]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -39,10 +81,41 @@ class TrainResult:
     history: list[dict[str, Any]]
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Set-up
+# ---------------------------------------------------------------------------------------------------------
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def build_agent(cfg: DictConfig, spec: GoalEnvSpec, seed: int | None = None,
+                device: str | None = None) -> tuple[Agent, tuple[float, float] | None]:
+    """The agent of ``cfg`` (``algo``, ``agent.*``) for the env of ``spec``, and the reward range its rewards
+    must keep to (``collect_step``'s ``reward_range``).
+
+    ``agent.q_clip`` unset: derived from the env's reward range, which the rewards must then keep to; set: it
+    must contain the env's rewards, and no range is returned. ``seed``: the exploration noise's seed (default
+    ``agent.seed``, else ``train.seed``); ``device``: default ``train.device``.
+
+    Raises:
+        ValueError: an option the agent refuses, a ``q_clip`` that excludes the env's rewards, a device the
+            machine does not have.
+    """
+    kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
+    if seed is not None:
+        kwargs["seed"] = seed
+    kwargs.setdefault("seed", int(cfg.train.seed))
+    configured = {"configured": kwargs["q_clip"]} if "q_clip" in kwargs else {}
+    kwargs["q_clip"] = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
+    device = cfg.train.device if device is None else device
+    check_device(device)
+    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, device=device,
+                       n_threads=cfg.train.torch_threads, **kwargs)
+    return agent, (None if configured else spec.reward_range)
 
 
 def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerReplayBuffer:
@@ -69,7 +142,71 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
     )
 
 
-def evaluate(agent: Any, env: Any, n_episodes: int, seed: int | None = None) -> dict[str, float]:
+def open_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bool,
+                 algo_name: str | None = None) -> RunDirLock:
+    """Pick, create and lock the run directory (:func:`her_agents.run_control.prepare_run_dir`; the default
+    name has ``algo_name``, default ``algo``) and write the resolved config to ``config.yaml`` in it (a resume
+    rewrites it with its overrides). Returns the held lock; ``.run_dir`` is the directory.
+
+    Raises:
+        ValueError: as ``prepare_run_dir`` (a directory that holds a run, cannot be written, is locked).
+        OSError: ``config.yaml`` cannot be written.
+    """
+    lock = prepare_run_dir(cfg.env.id, algo_name or cfg.algo, seed, cfg.log.run_dir, resume, overwrite)
+    try:
+        text = OmegaConf.to_yaml(cfg).encode()
+        write_atomic(lock.run_dir / "config.yaml", lambda f: f.write(text))
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def new_counters() -> dict[str, Any]:
+    """The run's counters, saved in every checkpoint: ``env_steps``, ``episodes``, ``updates``, ``evals``
+    (ints) and ``wall_time`` (seconds, float)."""
+    return {"env_steps": 0, "episodes": 0, "updates": 0, "evals": 0, "wall_time": 0.0}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Updates, evaluation, checkpoints
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UpdateSchedule:
+    """How many updates are due: ``updates_per_step`` per env step collected once ``learning_starts`` env steps
+    are and the replay can sample; none are earned before. Fractions carry over (``pending``), so any ratio is
+    kept on average; the loop does the due updates in blocks every ``train.update_every`` env steps."""
+
+    updates_per_step: float
+    learning_starts: int
+    pending: float = 0.0
+    """Updates earned and not done yet."""
+    can_learn: bool = False
+    """Whether the last :meth:`collect` allowed updates."""
+
+    def collect(self, n_steps: int, env_steps: int, can_sample: bool = True) -> None:
+        """Earn the updates of ``n_steps`` new env steps; ``env_steps``: the run's count after them."""
+        self.can_learn = env_steps >= self.learning_starts and can_sample
+        self.pending = self.pending + n_steps * self.updates_per_step if self.can_learn else 0.0
+
+    def take(self, limit: int | None = None) -> int:
+        """The number of whole updates to do now (at most ``limit``), removed from ``pending``."""
+        n = int(self.pending) if self.can_learn else 0
+        if limit is not None and n > limit:
+            n = limit
+        self.pending -= n
+        return n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "can_learn": self.can_learn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pending, self.can_learn = float(state["pending"]), bool(state["can_learn"])
+
+
+def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int | None = None) -> dict[str, float]:
     """Run ``n_episodes`` deterministic episodes on a vector env (SAME_STEP autoreset).
 
     Env ``i`` of the ``n`` envs runs its share, ``n_episodes // n`` episodes plus one for ``i < n_episodes % n``,
@@ -109,111 +246,309 @@ def evaluate(agent: Any, env: Any, n_episodes: int, seed: int | None = None) -> 
     }
 
 
-def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
-    """Train ``cfg.algo`` with HER on ``cfg.env.id``.
+class LoopHooks:
+    """Where a multi-process wrapper plugs into :func:`train`; these defaults are the single process's.
+
+    ``her_agents.distributed.DistContext`` subclasses it for data-parallel training. The loop calls
+    :meth:`should_stop` once per env step and :meth:`before_updates` once per block of updates; the others at
+    set-up, evaluations and checkpoints.
+    """
+
+    is_main: bool = True
+    """This process picks and locks the run directory and logs (stdout, ``metrics.csv``, W&B)."""
+    world_size: int = 1
+    """Processes in the run: a checkpoint is resumed by as many."""
+
+    def share(self, obj: T) -> T:
+        """The main process's ``obj`` on every process (the run directory, a refusal)."""
+        return obj
+
+    def wrap_agent(self, agent: Agent) -> Agent:
+        """The agent the loop trains, built from the one of the config (before a checkpoint is loaded into it)."""
+        return agent
+
+    def should_stop(self, requested: bool, env_steps: int) -> bool:
+        """Stop before the next env step? ``requested``: a SIGINT / SIGTERM arrived in this process."""
+        return requested
+
+    def before_updates(self, schedule: UpdateSchedule) -> None:
+        """At each block of updates, before ``schedule.take()``."""
+
+    def average_eval(self, ev: dict[str, float]) -> dict[str, float]:
+        """The evaluation result a row logs (:func:`evaluate` of this process's eval envs)."""
+        return ev
+
+    def row_extras(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Columns added to each evaluation row."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's state of the hooks, saved with its part of the checkpoint."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
+                        replay_arrays: dict[str, np.ndarray] | None) -> None:
+        """Write ``shared`` (the agent, config, counters: the same on every process) and this process's ``own``
+        state to ``checkpoint.pt``, and ``replay_arrays`` (flat, or None without ``log.save_replay``) to
+        ``replay.npz``, atomically and as a matching pair (``her_agents.checkpoint``)."""
+        save_run_state(run_dir, {**shared, **own, "world_size": 1}, replay_arrays)
+        if replay_arrays is None:  # a replay.npz of an overwritten run or of earlier checkpoints: not this state
+            (run_dir / REPLAY_FILE).unlink(missing_ok=True)
+
+    def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                             dict[str, np.ndarray] | None]:
+        """This process's own state in ``state`` (a loaded ``checkpoint.pt`` of a run of as many processes)
+        and its replay arrays (None when the run saved none).
+
+        Raises:
+            ValueError: a replay file that does not belong to the checkpoint or cannot be read.
+        """
+        return state, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]))
+
+
+class EvalLog:
+    """The evaluation rows of a run and what they report of the env steps since the previous evaluation: the
+    exploring policy's episode successes (:attr:`train_successes`), the updates' scalar metrics
+    (:attr:`metrics`, the ``metrics`` argument of ``learn_step``), env steps/s and wall time.
+
+    ``counters``: the run's counters (:func:`new_counters`); :meth:`log` advances ``evals`` and ``wall_time``.
+    """
+
+    def __init__(self, counters: dict[str, Any]) -> None:
+        self.counters = counters
+        self.train_successes: list[float] = []
+        self.metrics: dict[str, list[float]] = {}
+        self.history: list[dict[str, Any]] = []
+        self.last_eval: dict[str, float] = {}
+        self.start()
+
+    def start(self) -> None:
+        """Start the clocks at the counters' ``wall_time`` and ``env_steps`` (once a checkpoint is loaded)."""
+        self._wall0, self._t0 = float(self.counters["wall_time"]), time.perf_counter()
+        self.start_window()
+
+    def start_window(self) -> None:
+        """Start measuring env steps/s (after an evaluation, so that evaluating is not counted)."""
+        self._window_steps, self._window_t = int(self.counters["env_steps"]), time.perf_counter()
+
+    def wall_time(self) -> float:
+        """Seconds of training so far, over all resumes; also stored in ``counters["wall_time"]``."""
+        self.counters["wall_time"] = self._wall0 + time.perf_counter() - self._t0
+        return self.counters["wall_time"]
+
+    def log(self, agent: Agent, eval_env: gym.vector.VectorEnv, n_episodes: int, logger: RunLogger | NullLogger,
+            hooks: LoopHooks, extras: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Evaluate ``n_episodes`` episodes, log the row (``logger.log``) and clear the window's successes and
+        metrics. Returns the row: counters, ``eval/*``, ``train/success_rate``, ``train/<metric>`` means,
+        ``env_steps_per_s``, then ``extras`` and ``hooks.row_extras``."""
+        c = self.counters
+        now = time.perf_counter()
+        ev = hooks.average_eval(evaluate(agent, eval_env, n_episodes))
+        c["evals"] += 1
+        row = {
+            "env_steps": c["env_steps"], "episodes": c["episodes"], "updates": c["updates"],
+            "wall_time": round(self.wall_time(), 2), "eval/success_rate": ev["success_rate"],
+            "eval/final_distance": ev["final_distance"], "eval/return": ev["return"],
+            "train/success_rate": float(np.mean(self.train_successes)) if self.train_successes else float("nan"),
+            "env_steps_per_s": (c["env_steps"] - self._window_steps) / max(now - self._window_t, 1e-9),
+        }
+        row.update({f"train/{k}": float(np.mean(v)) for k, v in self.metrics.items()})
+        row.update(extras or {})
+        row.update(hooks.row_extras(row))
+        logger.log(row, step=c["env_steps"])
+        self.history.append(row)
+        self.last_eval = ev
+        self.train_successes.clear()  # in place: the loop holds these lists
+        self.metrics.clear()
+        return row
+
+    def state_dict(self) -> dict[str, Any]:
+        """The window's successes and metrics (empty right after an evaluation)."""
+        return {"train_successes": list(self.train_successes),
+                "metrics": {k: list(v) for k, v in self.metrics.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.train_successes[:] = state["train_successes"]
+        self.metrics.clear()
+        self.metrics.update({k: list(v) for k, v in state["metrics"].items()})
+
+
+@dataclass
+class TrainingState:
+    """The objects a checkpoint saves and a resume restores (the config aside).
+
+    Shared by all processes of a run (:meth:`shared`): the agent and the counters. Each process's own
+    (:meth:`own`): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
+    the start of their current episodes and the eval envs' RNGs, the replay's schedules, the pending updates,
+    the evaluation window and the hooks' state; the replay storage goes in a file of its own.
+    ``rng`` and ``env`` are None in a process without training envs (the Ape-X learner).
+    """
+
+    agent: Agent
+    replay: her.HerReplayBuffer
+    eval_env: gym.vector.VectorEnv
+    counters: dict[str, Any]
+    schedule: UpdateSchedule
+    evals: EvalLog
+    rng: np.random.Generator | None = None
+    env: gym.vector.VectorEnv | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """More entries for ``checkpoint.pt`` (e.g. the W&B run id)."""
+
+    def shared(self, cfg: DictConfig) -> dict[str, Any]:
+        return {"agent": self.agent.state_dict(), "config": OmegaConf.to_container(cfg, resolve=True),
+                "counters": dict(self.counters), **self.extra}
+
+    def own(self, hooks: LoopHooks) -> dict[str, Any]:
+        envs = {"eval": vector_rng_states(self.eval_env)}
+        if self.env is not None:  # their next reset() redoes the one that began the current episodes
+            envs["train"] = vector_rng_states(self.env, episode_start=True)
+        return {
+            "rng": process_rng_state(self.rng), "agent_rng": self.agent.rng.bit_generator.state, "envs": envs,
+            "replay_schedule": replay_schedule(self.replay), "update_schedule": self.schedule.state_dict(),
+            "eval_window": self.evals.state_dict(), "hooks": hooks.state_dict(),
+        }
+
+    def restore(self, state: dict[str, Any], own: dict[str, Any], replay_arrays: dict[str, np.ndarray] | None,
+                hooks: LoopHooks) -> bool:
+        """Load a checkpoint: ``state`` (``checkpoint.pt``), this process's ``own`` part of it and its replay
+        arrays (None: the storage restarts empty, its sampling RNG and prioritized schedules continue).
+
+        Returns whether the training envs' RNGs were restored: then ``env.reset()`` redoes the resets that
+        began their episodes at the checkpoint, as the uninterrupted run had them (a checkpoint of an older
+        version has none).
+        """
+        self.agent.load_state_dict(state["agent"])
+        self.counters.update(state["counters"])
+        load_process_rng_state(own["rng"], self.rng)
+        if "agent_rng" in own:
+            self.agent.rng.bit_generator.state = own["agent_rng"]
+        if replay_arrays is not None:
+            self.replay.load_state_dict(unflatten_arrays(replay_arrays))
+        elif "replay_schedule" in own:
+            load_replay_schedule(self.replay, own["replay_schedule"])
+        if "update_schedule" in own:
+            self.schedule.load_state_dict(own["update_schedule"])
+        if "eval_window" in own:
+            self.evals.load_state_dict(own["eval_window"])
+        hooks.load_state_dict(own.get("hooks", {}))
+        envs = own.get("envs", {})
+        if len(envs.get("eval", ())) == self.eval_env.num_envs:  # env.eval_envs may change on resume
+            set_vector_rng_states(self.eval_env, envs["eval"])
+        if self.env is not None and "train" in envs:
+            set_vector_rng_states(self.env, envs["train"])
+            return True
+        return False
+
+
+def save_training_state(run_dir: Path, cfg: DictConfig, state: TrainingState, hooks: LoopHooks,
+                        save_replay: bool) -> None:
+    """Checkpoint ``state`` into ``run_dir`` through ``hooks.save_checkpoint`` (with ``save_replay``, the replay
+    storage too)."""
+    arrays = flatten_arrays(state.replay.state_dict()) if save_replay else None
+    hooks.save_checkpoint(run_dir, state.shared(cfg), state.own(hooks), arrays)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------------------
+
+
+def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
+          hooks: LoopHooks | None = None) -> TrainResult:
+    """Train ``cfg.algo`` with HER on ``cfg.env.id`` in this process.
 
     Args:
         cfg: a config from :func:`her_agents.config.load_config`.
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
+        hooks: a multi-process wrapper's hooks (``her_agents.distributed``); default: one process.
 
     Returns:
         TrainResult: run directory, env steps, the last eval success rate and the evaluation rows.
 
     Raises:
         ValueError: a config the agent, replay or env refuse; a run directory that holds a run (without
-            ``overwrite``), cannot be written or is locked by a live run (:class:`RunDirInUse`).
+            ``overwrite``), cannot be written or is locked by a live run (:class:`RunDirInUse`); a checkpoint of
+            a run of another number of processes.
         TrainingStopped: SIGINT or SIGTERM arrived; a checkpoint of the current state was written and the W&B
             run finished as interrupted / terminated.
     """
-    if cfg.dist.mode == "actor_learner":  # DIST: Ape-X learner (rank 0) + actors over torch.distributed.rpc
-        from her_agents.actor_learner import train_actor_learner
-
-        return train_actor_learner(cfg, resume)
     with GracefulStop() as stop, contextlib.ExitStack() as cleanup:
-        return _train(cfg, resume, overwrite, stop, cleanup)
+        return _train(cfg, resume, overwrite, hooks or LoopHooks(), stop, cleanup)
 
 
-def _train(cfg: DictConfig, resume: str | None, overwrite: bool, stop: GracefulStop,
+def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
            cleanup: contextlib.ExitStack) -> TrainResult:
-    dist_ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)  # DIST: 1-process no-op without torchrun
-    cfg = dist_ctx.prepare_config(cfg)  # DIST: same config on all ranks, then train.seed + rank
     t_cfg = OmegaConf.to_object(cfg.train)  # a plain TrainConfig: read in the loop, where DictConfig access is slow
     torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
-    n_envs = cfg.env.n_envs
+    n_envs, env_id = int(cfg.env.n_envs), cfg.env.id
+    checkpoint, save_replay, video_every = bool(cfg.log.checkpoint), bool(cfg.log.save_replay), cfg.log.video_every
     total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
 
     # Everything that can refuse the config comes before the run directory, W&B and the envs.
-    agent_kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
-    agent_kwargs.setdefault("seed", t_cfg.seed)  # exploration noise
-    configured = {"configured": agent_kwargs["q_clip"]} if "q_clip" in agent_kwargs else {}  # unset: from the env
-    agent_kwargs["q_clip"] = q_clip_for_env(spec.reward_range, t_cfg.gamma, cfg.env.id, **configured)
-    reward_guard = None if configured else spec.reward_range  # a derived bound needs rewards inside the range
-    check_device(t_cfg.device)
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim,
-                       device=t_cfg.device, n_threads=t_cfg.torch_threads, **agent_kwargs)
+    agent, reward_guard = build_agent(cfg, spec)
+    agent = hooks.wrap_agent(agent)
     replay = build_replay(cfg, spec, total_updates)
+    saved = None
+    if resume:  # read before the run directory is touched: a checkpoint this run cannot resume changes nothing
+        saved = load_checkpoint(Path(resume) / "checkpoint.pt")
+        check_world_size(saved, hooks.world_size, resume)
     lock, refusal = None, None
-    if dist_ctx.is_main:  # DIST: rank 0 alone picks, creates and locks the run directory
+    if hooks.is_main:
         try:
-            lock = prepare_run_dir(cfg.env.id, cfg.algo, t_cfg.seed, cfg.log.run_dir, resume, overwrite)
+            lock = open_run_dir(cfg, t_cfg.seed, resume, overwrite)
             cleanup.callback(lock.release)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:
             refusal = exc
-    run_dir, refusal = dist_ctx.broadcast_object((lock.run_dir if lock else None, refusal))  # DIST: rank 0's
+    run_dir, refusal = hooks.share((lock.run_dir if lock else None, refusal))
     if refusal is not None:
         raise refusal
-    if dist_ctx.is_main:  # the resolved config beside metrics.csv (a resume rewrites it with its overrides)
-        text = OmegaConf.to_yaml(cfg).encode()
-        write_atomic(run_dir / "config.yaml", lambda f: f.write(text))
-    env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
-    eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
+    env = make_vector_env(env_id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
+    cleanup.callback(env.close)
+    eval_env = make_vector_env(env_id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
+    cleanup.callback(eval_env.close)
     rng = np.random.default_rng(t_cfg.seed)
+    counters = new_counters()
+    schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
+    evals = EvalLog(counters)
+    state = TrainingState(agent, replay, eval_env, counters, schedule, evals, rng, env)
 
-    counters = {"env_steps": 0, "episodes": 0, "updates": 0, "evals": 0, "wall_time": 0.0}
-    wandb_id = None
-    if resume:
-        state = load_checkpoint(run_dir / "checkpoint.pt")
-        agent.load_state_dict(state["agent"])
-        counters.update(state["counters"])
-        rng.bit_generator.state = state["rng"]["numpy"]
-        torch.set_rng_state(state["rng"]["torch"])
-        wandb_id = state.get("wandb_id")
-        replay_arrays = load_replay_arrays(run_dir, counters["env_steps"])  # the replay of this checkpoint
-        if replay_arrays is not None:
-            replay.load_state_dict(_unflatten(replay_arrays))
-        elif "replay_schedule" in state:  # no replay file: the storage restarts empty, its schedules continue
-            _load_replay_schedule(replay, state["replay_schedule"])
+    wandb_id, envs_restored = None, False
+    if saved is not None:
+        own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
+        envs_restored = state.restore(saved, own, replay_arrays, hooks)
+        wandb_id = saved.get("wandb_id")
     # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
-    dist_ctx.setup_agent(agent)  # DIST: broadcast rank 0's weights, average gradients, buffer normalizer deltas
     logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
-              if dist_ctx.is_main else NullLogger())  # DIST: rank 0 alone logs
-    pending_updates = 0.0
-    train_successes: list[float] = []
-    metrics_acc: dict[str, list[float]] = {}
-    history: list[dict[str, Any]] = []
-    last_eval: dict[str, float] = {}
+              if hooks.is_main else NullLogger())
     progress = logger.progress(t_cfg.total_env_steps, initial=counters["env_steps"])
-    t_start, wall0 = time.perf_counter(), counters["wall_time"]
-    steps_at_window, time_at_window = counters["env_steps"], t_start
+    evals.start()
+    train_successes, metrics_acc = evals.train_successes, evals.metrics
     next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
 
-    obs, _ = env.reset(seed=t_cfg.seed + counters["episodes"])
+    def save() -> None:
+        state.extra["wandb_id"] = logger.run_id or wandb_id
+        save_training_state(run_dir, cfg, state, hooks, save_replay)
+        logger.checkpointed()  # W&B gets a row once a resume would not redo it
+
+    # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
+    obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.storage.discard_in_progress()
     status, crash = "crashed", None
     try:
         while counters["env_steps"] < t_cfg.total_env_steps:
-            if (stop.signum is not None and not dist_ctx.active) or (  # DIST: all ranks stop at one block start
-                    dist_ctx.active and counters["env_steps"] % t_cfg.update_every < n_envs
-                    and dist_ctx.any_rank(stop.signum is not None)):
+            if hooks.should_stop(stop.signum is not None, counters["env_steps"]):
                 break
             # -- act, step, store (the real next state, never the autoreset one)
             action = choose_action(agent, obs, spec, n_envs, counters["env_steps"] < t_cfg.warmup_steps, rng)
-            obs, step, stored = collect_step(env, obs, action, replay.storage, spec.info_shapes, reward_guard,
-                                             cfg.env.id)
+            obs, step, stored = collect_step(env, obs, action, replay.storage, spec.info_shapes, reward_guard, env_id)
             counters["env_steps"] += n_envs
             if step.done.any():
                 train_successes += step.is_success[step.done].astype(float).tolist()
@@ -222,57 +557,32 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, stop: GracefulS
                 normalize_from_episode(agent, replay, start, T, t_cfg.normalizer_relabeled)
 
             # -- update
-            pending_updates += n_envs * t_cfg.updates_per_step
-            can_learn = counters["env_steps"] >= t_cfg.learning_starts and len(replay) > 0
-            if dist_ctx.active and counters["env_steps"] % t_cfg.update_every < n_envs:  # DIST: merge normalizer
-                can_learn, pending_updates = dist_ctx.sync_block(agent, can_learn, pending_updates)  # deltas, agree
-            if can_learn and counters["env_steps"] % t_cfg.update_every < n_envs:
-                for _ in range(int(pending_updates)):
+            schedule.collect(n_envs, counters["env_steps"], len(replay) > 0)
+            if counters["env_steps"] % t_cfg.update_every < n_envs:
+                hooks.before_updates(schedule)
+                n_updates = schedule.take()
+                for _ in range(n_updates):
                     learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
-                    counters["updates"] += 1
-                pending_updates -= int(pending_updates)
-            elif not can_learn:
-                pending_updates = 0.0
+                counters["updates"] += n_updates
             progress.update(n_envs)
 
             # -- evaluate, log, checkpoint
-            done_training = counters["env_steps"] >= t_cfg.total_env_steps
-            if counters["env_steps"] >= next_eval or done_training:
+            if counters["env_steps"] >= next_eval or counters["env_steps"] >= t_cfg.total_env_steps:
                 next_eval += t_cfg.eval_every
-                now = time.perf_counter()
-                ev = dist_ctx.average_eval(evaluate(agent, eval_env, t_cfg.eval_episodes))  # DIST: mean over ranks
-                counters["evals"] += 1
-                counters["wall_time"] = wall0 + time.perf_counter() - t_start
-                row = {
-                    "env_steps": counters["env_steps"], "episodes": counters["episodes"],
-                    "updates": counters["updates"], "wall_time": round(counters["wall_time"], 2),
-                    "eval/success_rate": ev["success_rate"], "eval/final_distance": ev["final_distance"],
-                    "eval/return": ev["return"],
-                    "train/success_rate": float(np.mean(train_successes)) if train_successes else float("nan"),
-                    "env_steps_per_s": (counters["env_steps"] - steps_at_window) / max(now - time_at_window, 1e-9),
-                }
-                row.update({f"train/{k}": float(np.mean(v)) for k, v in metrics_acc.items()})
-                row.update(dist_ctx.row_extras(row))  # DIST: global env steps (/s) summed over ranks
-                logger.log(row, step=counters["env_steps"])
-                if cfg.log.video_every and counters["evals"] % cfg.log.video_every == 0:
-                    logger.log_video(agent, cfg.env.id, step=counters["env_steps"])
-                progress.set_postfix(eval_success=f"{ev['success_rate']:.2f}")
-                history.append(row)
-                last_eval = ev
-                train_successes, metrics_acc = [], {}
-                steps_at_window, time_at_window = counters["env_steps"], time.perf_counter()
-                if cfg.log.checkpoint and dist_ctx.is_main:  # DIST: rank 0 alone writes checkpoints
-                    _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id or wandb_id)
-                    logger.checkpointed()  # W&B gets a row once a resume would not redo it
+                row = evals.log(agent, eval_env, t_cfg.eval_episodes, logger, hooks)
+                if video_every and counters["evals"] % video_every == 0:
+                    logger.log_video(agent, env_id, step=counters["env_steps"])
+                progress.set_postfix(eval_success=f"{row['eval/success_rate']:.2f}")
+                evals.start_window()
+                if checkpoint:
+                    save()
         if counters["env_steps"] < t_cfg.total_env_steps:  # stopped by SIGINT / SIGTERM: save the current state
-            counters["wall_time"] = wall0 + time.perf_counter() - t_start
-            ckpt = None
-            if cfg.log.checkpoint and dist_ctx.is_main:
-                _checkpoint(run_dir, cfg, agent, replay, counters, rng, logger.run_id or wandb_id)
-                logger.checkpointed()
-                ckpt = run_dir / "checkpoint.pt"
+            evals.wall_time()
+            if checkpoint:
+                save()
             status = stop.status
-            raise TrainingStopped(stop.signum or 2, run_dir, counters["env_steps"], ckpt)
+            raise TrainingStopped(stop.signum or 2, run_dir, counters["env_steps"],
+                                  run_dir / "checkpoint.pt" if checkpoint else None)
         status = "finished"
     except KeyboardInterrupt:  # a second signal: stop now
         status = "interrupted"
@@ -282,63 +592,6 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, stop: GracefulS
         raise
     finally:
         progress.close()
-        env.close()
-        eval_env.close()
         logger.finish(status, crash if status == "crashed" else None)
-        dist_ctx.close()  # DIST
-    return TrainResult(run_dir, counters["env_steps"], last_eval.get("success_rate", float("nan")), history)
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}/") if v else {f"{prefix}{k}/": np.zeros(0)})  # keep {} (sampler)
-        else:
-            out[f"{prefix}{k}"] = np.asarray(v)
-    return out
-
-
-def _unflatten(flat: dict[str, Any]) -> dict:
-    out: dict = {}
-    for k, v in flat.items():
-        node = out
-        *parents, leaf = k.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        if leaf:  # "a/" marks an empty dict
-            node[leaf] = v.item() if v.dtype == object or v.ndim == 0 else v
-    return out
-
-
-def _replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
-    """What the replay needs to continue without its storage: the sampling RNG and the prioritized sampler's
-    schedules (``n_samples``, which anneals beta, and the priority new transitions enter at)."""
-    sampler = replay.sampler
-    out: dict[str, Any] = {"rng": replay.rng.bit_generator.state}
-    if hasattr(sampler, "n_samples"):
-        out["n_samples"] = int(sampler.n_samples)
-        out["max_priority"] = sampler.max_priority
-    return out
-
-
-def _load_replay_schedule(replay: her.HerReplayBuffer, schedule: dict[str, Any]) -> None:
-    replay.rng.bit_generator.state = schedule["rng"]
-    if "n_samples" in schedule and hasattr(replay.sampler, "n_samples"):
-        replay.sampler.n_samples = int(schedule["n_samples"])
-        replay.sampler.max_priority = schedule["max_priority"]
-
-
-def _checkpoint(run_dir: Path, cfg: DictConfig, agent: Any, replay: her.HerReplayBuffer, counters: dict,
-                rng: np.random.Generator, wandb_id: str | None) -> None:
-    # checkpoint.pt and replay.npz, written so that a kill at any point leaves a matching pair
-    save_run_state(run_dir, {
-        "agent": agent.state_dict(),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "counters": dict(counters),
-        "rng": {"numpy": rng.bit_generator.state, "torch": torch.get_rng_state()},
-        "wandb_id": wandb_id,
-        "replay_schedule": _replay_schedule(replay),
-    }, _flatten(replay.state_dict()) if cfg.log.save_replay else None)
-    if not cfg.log.save_replay:  # a replay.npz of an overwritten run or of earlier checkpoints: not this state
-        (run_dir / "replay.npz").unlink(missing_ok=True)
+    return TrainResult(run_dir, counters["env_steps"], evals.last_eval.get("success_rate", float("nan")),
+                       evals.history)

@@ -16,7 +16,9 @@ that
 Vector envs use gymnasium's own ``SyncVectorEnv`` / ``AsyncVectorEnv`` in ``AutoresetMode.SAME_STEP``:
 when an episode ends, ``step`` already returns the reset observation, and the real last observation is in
 ``infos["final_obs"]``. :func:`split_autoreset` recovers it, so no transition ever crosses a reset;
-:func:`step_info` does the same for the info entries ``compute_reward`` needs.
+:func:`step_info` does the same for the info entries ``compute_reward`` needs. Their sub-envs keep the RNG state
+their current episode started from (:class:`EpisodeStartRNG`), which a checkpoint saves and a resume restores
+(:func:`vector_rng_states`, :func:`set_vector_rng_states`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.utils import seeding
 
 FETCH_TASKS: tuple[str, ...] = ("FetchReach-v4", "FetchPush-v4", "FetchSlide-v4", "FetchPickAndPlace-v4")
 GOAL_KEYS: tuple[str, ...] = ("observation", "achieved_goal", "desired_goal")
@@ -455,7 +458,8 @@ def make_vector_env(
 
     The env is validated once in this process first (clear errors before any worker starts). With
     ``seed``, sub-env ``i`` is reset with ``seed + i`` and the action spaces are seeded with ``seed``.
-    Use :func:`split_autoreset` on each step's output to get the real next observations.
+    Use :func:`split_autoreset` on each step's output to get the real next observations. Each sub-env is
+    wrapped in :class:`EpisodeStartRNG`.
     """
     if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)):
         raise TypeError(f"n_envs must be an int >= 1, got {type(n_envs).__name__}: {n_envs!r}")
@@ -465,13 +469,70 @@ def make_vector_env(
     if vectorization not in classes:
         raise ValueError(f"vectorization must be one of {sorted(classes)}, got {vectorization!r}")
     goal_env_spec(env_id)  # validates id, spaces and reward here, not inside a worker
-    fns = [functools.partial(make_env, env_id) for _ in range(int(n_envs))]
+    fns = [functools.partial(_vector_sub_env, env_id) for _ in range(int(n_envs))]
     venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     if seed is not None:
         venv.reset(seed=seed)
         venv.action_space.seed(seed)
         venv.single_action_space.seed(seed)
     return venv
+
+
+class EpisodeStartRNG(gym.Wrapper):
+    """Keeps the state of the env's ``np_random`` from just before its last ``reset`` drew anything:
+    ``episode_start_rng``, a numpy bit-generator state dict (``None`` before the first reset).
+
+    An env whose RNG is set back to that state redoes the reset that began its current episode on its next
+    ``reset()`` (same initial state and goal, and the same RNG state after it). Under SAME_STEP autoreset the
+    reset of the next episode happens inside the step that ends an episode, so this is the state a checkpoint
+    taken between episodes saves for the training envs (:func:`vector_rng_states`).
+    """
+
+    episode_start_rng: dict[str, Any] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        # a seeded reset seeds first, as gymnasium.Env.reset does: keep the state that seeding gives
+        rng = seeding.np_random(seed)[0] if seed is not None else self.env.np_random
+        self.episode_start_rng = rng.bit_generator.state
+        return self.env.reset(seed=seed, options=options)
+
+
+def _vector_sub_env(env_id: str) -> gym.Env:
+    return EpisodeStartRNG(make_env(env_id))
+
+
+def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:
+    """A numpy ``Generator`` whose bit generator (named in ``state["bit_generator"]``) is in ``state``."""
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = dict(state)
+    return np.random.Generator(bit_generator)
+
+
+def vector_rng_states(venv: gym.vector.VectorEnv, episode_start: bool = False) -> list[dict[str, Any]]:
+    """The bit-generator state of each sub-env's ``np_random`` (one dict per sub-env): as it is now, or with
+    ``episode_start`` as it was before the reset that began the sub-env's current episode
+    (:class:`EpisodeStartRNG`, which :func:`make_vector_env` applies).
+
+    Restore with :func:`set_vector_rng_states`, then (``episode_start``) ``venv.reset()`` redoes those resets.
+    """
+    if episode_start:
+        states = list(venv.get_attr("episode_start_rng"))
+        if any(s is None for s in states):
+            raise ValueError("vector_rng_states(episode_start=True) needs sub-envs wrapped in EpisodeStartRNG "
+                             "that were reset at least once (make_vector_env builds them so)")
+        return states
+    return [g.bit_generator.state for g in venv.get_attr("np_random")]
+
+
+def set_vector_rng_states(venv: gym.vector.VectorEnv, states: list[Mapping[str, Any]]) -> None:
+    """Set each sub-env's ``np_random`` to a generator in the given state (from :func:`vector_rng_states`).
+
+    Raises:
+        ValueError: not one state per sub-env (a run resumed with another ``env.n_envs`` / ``env.eval_envs``).
+    """
+    if len(states) != venv.num_envs:
+        raise ValueError(f"{len(states)} saved env RNG states for {venv.num_envs} envs")
+    venv.set_attr("np_random", [generator_from_state(s) for s in states])
 
 
 class VectorStep(NamedTuple):

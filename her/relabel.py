@@ -226,4 +226,4 @@ def make_relabeler(strategy: str | RelabelStrategy = "future", n_sampled_goal: i
 
 
 GoalRelabeler = make_relabeler
-"""The name earlier versions exported: ``GoalRelabeler(strategy, n_sampled_goal)`` = :func:`make_relabeler`."""
+"""Another name of :func:`make_relabeler`: ``GoalRelabeler(strategy, n_sampled_goal)``."""

@@ -1,5 +1,8 @@
 """Stable-Baselines3 adapter: ``her``'s episode storage and HER sampler as an SB3 replay buffer.
 
+The replay underneath (storage, sampling, relabeling, returns) follows ``docs/semantics.md``; this docstring
+adds what is particular to SB3.
+
 Optional: this module imports ``stable_baselines3`` (and so torch and gymnasium); ``import her`` does not import
 it. Use it with SB3's off-policy algorithms (SAC, TD3, DDPG; DQN with a Discrete action space) on goal envs
 with Dict observations ``{"observation", "achieved_goal", "desired_goal"}``::

@@ -8,8 +8,8 @@ true termination and (goal storages) a copy of the next state's achieved goal, w
 without another random access. The next state of the transition in slot ``i`` is slot ``i + 1`` (mod the ring size).
 
 Steps coming from ``n_envs`` parallel envs are staged per env (``her.writer.EpisodeWriter``, ``storage.writer``)
-and written to the ring only when their episode ends, so only complete episodes are ever sampled and episodes never mix. When the ring is full the oldest whole
-episodes are dropped.
+and written to the ring only when their episode ends, so only complete episodes are ever sampled and episodes
+never mix. When the ring is full the oldest whole episodes are dropped. Semantics: ``docs/semantics.md``.
 """
 
 from __future__ import annotations
@@ -148,10 +148,10 @@ class EpisodeStorage:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        if "writer" not in state:  # pickled before the writer was split out: its staged steps are dropped
+        if "writer" not in state:  # a state pickled without an EpisodeWriter: its staged steps are dropped
             self.__dict__.pop("_stages", None)
             self.writer = EpisodeWriter(self)
-        if self.dtype != self._record_dtype():  # pickled by a version without the next-achieved-goal copy
+        if self.dtype != self._record_dtype():  # records pickled without the next-achieved-goal copy
             old, self.dtype = self.data, self._record_dtype()
             self.data = np.zeros(len(old), self.dtype)
             for name in old.dtype.names:

@@ -224,7 +224,7 @@ class SumTree(SegmentTree):
         super()._write(idx, values)
         stored = leaves[idx]  # the values as written (a repeated index keeps its last value)
         low = stored.min()
-        if low == 0.0:  # emptied leaves never count (`min(where=...)` would cost 5x on every write)
+        if low == 0.0:  # emptied leaves never count: filtered only for a write that empties one (no `min(where=)`)
             positive = stored[stored > 0]
             low = positive.min() if positive.size else math.inf
         if low < m:

@@ -1,13 +1,30 @@
 """Launched by torchrun in tests/test_distributed.py: ``her-train`` with per-rank extra overrides.
 
 ``HER_TEST_RANK<r>_OVERRIDES="key=value ..."`` adds overrides on rank r only (to launch inconsistent ranks).
+``HER_TEST_KILL_AFTER_CHECKPOINT=<env_steps>`` makes every rank fail right after the checkpoint of that env step
+is written, as a run killed there would (to resume it).
 """
 
 import os
 import sys
 
+import her_agents.train as train_mod
 from her_agents.cli import train_main
 
+
+def _fail_after_checkpoint(env_steps: int) -> None:
+    real = train_mod.save_training_state
+
+    def save(run_dir, cfg, state, *args, **kwargs):
+        real(run_dir, cfg, state, *args, **kwargs)
+        if state.counters["env_steps"] == env_steps:
+            raise OSError(f"simulated kill after the checkpoint at {env_steps} env steps")
+
+    train_mod.save_training_state = save
+
+
 if __name__ == "__main__":
+    if os.environ.get("HER_TEST_KILL_AFTER_CHECKPOINT"):
+        _fail_after_checkpoint(int(os.environ["HER_TEST_KILL_AFTER_CHECKPOINT"]))
     args = sys.argv[1:] + os.environ.get(f"HER_TEST_RANK{os.environ.get('RANK', '0')}_OVERRIDES", "").split()
     sys.exit(train_main(args))

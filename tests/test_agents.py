@@ -384,6 +384,42 @@ def test_state_dict_round_trip(algo):
         assert torch.equal(p, q)
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_agent_protocol_networks_optimizers_and_policy_state(algo):
+    """What the loop, the data-parallel wrapper and the actor-learner use: the ``Agent`` protocol, the networks
+    and optimizers by name, and the policy state an actor loads (acting identically afterwards)."""
+    from her_agents.distributed import DataParallelAgent
+
+    agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+    assert isinstance(agent, Agent) and isinstance(DataParallelAgent(agent, {}), Agent)
+    nets, opts = agent.networks(), agent.optimizers()
+    assert "actor" in nets and "critic" in nets and all(isinstance(m, nn.Module) for m in nets.values())
+    assert opts and all(isinstance(o, torch.optim.Optimizer) for o in opts.values())
+    batch = make_batch(16)
+    agent.update_normalizer(batch.observation * 3 + 1, batch.desired_goal)
+    agent.update(batch)
+    policy = pickle.loads(pickle.dumps(agent.policy_state_dict()))
+    assert all(t.device.type == "cpu" for t in policy["actor"].values())
+    actor = make_agent(algo, OBS, GOAL, ACT, seed=5, **SMALL)
+    actor.load_policy_state_dict(policy)
+    np.testing.assert_array_equal(actor.act(batch.observation, batch.desired_goal, deterministic=True),
+                                  agent.act(batch.observation, batch.desired_goal, deterministic=True))
+
+
+def test_td3_checkpoint_keeps_the_actor_loss_reported_between_delayed_steps():
+    agent = make_agent("td3", OBS, GOAL, ACT, **SMALL)
+    batch = make_batch(16)
+    for _ in range(2):  # the second update does the delayed actor step
+        agent.update(batch)
+    clone = make_agent("td3", OBS, GOAL, ACT, **SMALL)
+    clone.load_state_dict(pickle.loads(pickle.dumps(agent.state_dict())))
+    results = []
+    for a in (agent, clone):
+        torch.manual_seed(7)
+        results.append(a.update(batch))  # no actor step: reports the last actor loss
+    assert results[0]["actor_loss"] == results[1]["actor_loss"] != 0.0
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("algo", ALGOS)
 def test_cuda_update_act_and_checkpoint(algo):

@@ -1,5 +1,5 @@
 """Every bad input to ``her-train`` is one line naming the key, what was expected and what came, with nothing
-written or deleted (issue 14, item 6). In-process ``train_main`` calls: config errors stop before any env."""
+written or deleted. In-process ``train_main`` calls: config errors stop before any env."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from her_agents.checkpoint import load_checkpoint
 from her_agents.cli import train_main
@@ -49,8 +50,12 @@ def _one_error_line(err: str) -> str:
     ("agent.device=cuda", "agent.device is set by the training loop: use train.device"),
     ("agent.seed=5", "agent.seed is set by the training loop: use train.seed"),
     ("train.seed=-1", "train.seed must be in [0, 2**32 - 10000), got -1"),
-    ("replay.strategy=bogus", "replay.strategy must be one of ('future', 'final', 'episode', 'mixed'), got 'bogus'"),
-    ("replay.other_desired_fraction=2", "replay.other_desired_fraction must be in [0, 1], got 2.0"),
+    ("replay.strategy=bogus", "replay.strategy must be one of ['future', 'final', 'episode', 'mixed'], got 'bogus'"),
+    ("replay.other_desired_fraction=2", "replay.other_desired_fraction must be a number in [0, 1], got 2.0"),
+    ("agent.precision=fp16", "agent.precision must be one of ['fp32', 'bf16'], got 'fp16' (str)"),
+    ("agent.alpha=0.1", "unknown key 'agent.alpha' for algo 'ddpg'; valid agent keys: action_l2, actor_lr"),
+    ("env.vectorization=threads", "env.vectorization must be one of ['sync', 'async'], got 'threads' (str)"),
+    ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
 ])
 def test_bad_override_is_one_line_naming_key_expected_and_got(tmp_path, capsys, override, expect):
     code, err = _run(capsys, ["fetch_reach_ddpg", override, f"log.run_dir={tmp_path / 'run'}"])
@@ -126,6 +131,13 @@ def finished_run(tmp_path_factory) -> Path:
     train(load_config("fetch_reach_ddpg", ["train.total_env_steps=100", "train.eval_every=100",
                                            "log.save_replay=true", f"log.run_dir={run_dir}", *TINY]))
     return run_dir
+
+
+def test_run_dir_config_holds_the_full_agent_section(finished_run):
+    saved = yaml.safe_load((finished_run / "config.yaml").read_text())["agent"]
+    assert saved["hidden"] == [16] and saved["actor_lr"] == 0.001 and saved["action_l2"] == 1.0
+    assert "seed" not in saved and "q_clip" not in saved  # the loop's train.seed; q_clip from the env
+    assert load_checkpoint(finished_run / "checkpoint.pt")["config"]["agent"]["precision"] == "fp32"
 
 
 def _copy(run_dir: Path, tmp_path: Path) -> Path:

@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from her_agents.checkpoint import load_checkpoint
+from her_agents.cli import train_main
 from her_agents.config import load_config
 from her_agents.distributed import init_distributed, rendezvous_env
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run_compare import run_differences
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -23,11 +28,12 @@ TINY = ["train.warmup_steps=100", "train.learning_starts=100", "train.eval_episo
 
 
 def _torchrun(nproc: int, args: list[str], run_dir: Path, dump: Path, env: dict | None = None,
-              timeout: int = 600) -> subprocess.CompletedProcess:
+              timeout: int = 600, resume: bool = False) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HER_DIST_DUMP": str(dump),
                 "PYTHONPATH": str(ROOT), **(env or {})}
+    run = ["--resume", str(run_dir)] if resume else ["fetch_reach_ddpg", f"log.run_dir={run_dir}"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(HERE / "_dist_launch.py"), "fetch_reach_ddpg", f"log.run_dir={run_dir}", *args]
+           str(HERE / "_dist_launch.py"), *run, *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT, check=False)
 
 
@@ -55,6 +61,37 @@ def test_data_parallel_ranks_hold_identical_parameters_and_normalizers(tmp_path)
     rows = _rows(run_dir)  # rank 0 alone writes metrics.csv (one row, not two)
     assert len(rows) == 1 and int(rows[0]["dist/world_size"]) == 2 and int(rows[0]["dist/global_env_steps"]) == 600
     assert (run_dir / "checkpoint.pt").exists()
+
+
+def test_data_parallel_resume_restores_each_ranks_own_state(tmp_path, capsys):
+    """2 ranks, 200 env steps each, prioritized replay saved: uninterrupted, against killed right after the
+    checkpoint at 100 and resumed under torchrun. Each rank resumes its own state (RNGs, env RNGs, replay,
+    beta schedule, pending updates), so the runs end bit-identical; one process cannot resume it."""
+    args = ["train.total_env_steps=200", "train.eval_every=100", "train.batch_size=64", "replay.capacity=5000",
+            "replay.prioritized=true", "log.save_replay=true", *TINY, "train.warmup_steps=50",
+            "train.learning_starts=50"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    proc = _torchrun(2, args, full, tmp_path / "dump_full")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _torchrun(2, args, resumed, tmp_path / "dump_killed", env={"HER_TEST_KILL_AFTER_CHECKPOINT": "100"})
+    assert proc.returncode != 0 and "simulated kill after the checkpoint at 100" in proc.stderr, proc.stderr[-3000:]
+    mid = load_checkpoint(resumed / "checkpoint.pt")
+    assert mid["counters"]["env_steps"] == 100 and mid["world_size"] == 2 and len(mid["ranks"]) == 2
+    assert mid["counters"]["updates"] > 0 and mid["replay_schedule"]["n_samples"] > 0
+    assert mid["ranks"][0]["agent_rng"] != mid["ranks"][1]["agent_rng"]  # each rank's own state, not rank 0's
+    assert mid["ranks"][0]["envs"] != mid["ranks"][1]["envs"]
+    assert (resumed / "replay.npz").exists() and (resumed / "replay-rank1.npz").exists()
+
+    proc = _torchrun(2, [], resumed, tmp_path / "dump_resumed", resume=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_differences(full, resumed, ("replay.npz", "replay-rank1.npz")) == []
+    for r in (0, 1):
+        assert _json(tmp_path / "dump_resumed" / f"rank{r}.json") == _json(tmp_path / "dump_full" / f"rank{r}.json")
+
+    # resuming in one process what two ranks wrote: refused, one line, nothing started
+    assert train_main(["--resume", str(resumed), "train.total_env_steps=300"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "2 process(es)" in err and "--nproc_per_node=2" in err, err
 
 
 @pytest.mark.slow

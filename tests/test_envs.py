@@ -20,7 +20,9 @@ from her_envs import (
     goal_env_spec,
     make_env,
     make_vector_env,
+    set_vector_rng_states,
     split_autoreset,
+    vector_rng_states,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -359,3 +361,31 @@ def test_reward_reading_info_lists_its_keys():
     assert spec.info_keys == ("scale",)
     reward = spec.compute_reward(np.zeros((3, 2)), np.ones((3, 2)), {"scale": np.full(3, 0.5)})
     np.testing.assert_allclose(reward, -0.5 * np.sqrt(2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_restored_episode_start_rngs_redo_the_resets_of_the_current_episodes(vectorization):
+    """A checkpoint between episodes: after SAME_STEP autoreset the sub-envs already drew their next goals; set
+    back to the RNG states their current episodes began from, a fresh vector env's ``reset()`` gives the same
+    observations and leaves the RNGs where the original's are, and the eval-style current states restore too."""
+    venv = make_vector_env("TestPointGoal-v0", 2, vectorization, seed=3)
+    venv.reset(seed=3)
+    for _ in range(5):  # one 5-step episode per env: the last step autoresets both
+        obs = venv.step(np.zeros((2, 2), np.float32))[0]
+    start, now = vector_rng_states(venv, episode_start=True), vector_rng_states(venv)
+    assert start != now
+    fresh = make_vector_env("TestPointGoal-v0", 2, vectorization, seed=99)
+    set_vector_rng_states(fresh, start)
+    again, _ = fresh.reset()
+    for k in obs:
+        np.testing.assert_array_equal(again[k], obs[k])
+    assert vector_rng_states(fresh) == now
+    other = make_vector_env("TestPointGoal-v0", 2, vectorization, seed=7)
+    set_vector_rng_states(other, now)
+    expected, got = venv.reset()[0], other.reset()[0]
+    for k in expected:
+        np.testing.assert_array_equal(got[k], expected[k])
+    with pytest.raises(ValueError, match="1 saved env RNG states for 2 envs"):
+        set_vector_rng_states(other, now[:1])
+    for e in (venv, fresh, other):
+        e.close()

@@ -13,6 +13,9 @@ Semantics checked here (README "Training", ``agents/checkpoint.py``, ``agents/lo
   per evaluation, ``env_steps`` strictly increasing.
 - W&B: the resumed run reuses the checkpoint's run id (``resume="allow"``); W&B gets a row once its checkpoint
   is written, so over the killed and the resumed run it holds every ``metrics.csv`` row once, in step order.
+- Exact resume: a run killed right after a checkpoint taken between episodes and resumed ends bit-identical to
+  the run that was never interrupted (networks, optimizers, normalizers, counters, every RNG, the envs' RNGs,
+  the replay with its priorities and beta schedule, the metrics rows).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from her_agents.config import load_config
 from her_agents.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
+from run_compare import run_differences
 from wandb_reader import history_rows, run_files
 
 EVAL_EVERY = 500
@@ -214,3 +218,38 @@ def test_resume_finishes_a_save_killed_between_checkpoint_and_replay(tmp_path):
     # A replay of another checkpoint is refused, never silently paired.
     with pytest.raises(ValueError, match="do not belong together"):
         load_replay_arrays(tmp_path, 300)
+
+
+def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """400 env steps (2 envs, prioritized replay saved with each checkpoint) uninterrupted, against the same run
+    killed right after its checkpoint at 200 env steps and resumed: the final checkpoints (parameters,
+    optimizers, normalizers, counters, RNGs of the loop, torch, the agent, the replay and every train and eval
+    env, the pending updates), the replay files (storage, priorities, beta schedule) and the metrics rows are
+    bit-identical, clocks aside."""
+    import her_agents.train as train_mod
+
+    def cfg(run_dir: Path):
+        return load_config("fetch_reach_ddpg", [
+            "train.total_env_steps=400", "train.eval_every=100", "env.n_envs=2", "replay.prioritized=true",
+            "log.save_replay=true", "log.wandb.mode=disabled", f"log.run_dir={run_dir}", *FAST])
+
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    train(cfg(full))
+    real = train_mod.save_training_state
+
+    def killed_at_200(run_dir, config, state, *args, **kwargs):
+        real(run_dir, config, state, *args, **kwargs)
+        if state.counters["env_steps"] == 200:
+            raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
+
+    monkeypatch.setattr(train_mod, "save_training_state", killed_at_200)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(cfg(resumed))
+    monkeypatch.undo()
+    mid = load_checkpoint(resumed / "checkpoint.pt")
+    assert mid["counters"]["env_steps"] == 200 and mid["replay_schedule"]["n_samples"] > 0
+    assert len(mid["envs"]["train"]) == 2 and len(mid["envs"]["eval"]) == 2
+
+    result = train(cfg(resumed), resume=str(resumed))
+    assert result.env_steps == 400 and [r["env_steps"] for r in result.history] == [300, 400]
+    assert run_differences(full, resumed) == []

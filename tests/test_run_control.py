@@ -1,4 +1,4 @@
-"""Runs that never block and never lose what they logged (issue 14): W&B fallback and final state, SIGINT /
+"""Runs that never block and never lose what they logged: W&B fallback and final state, SIGINT /
 SIGTERM checkpoints, W&B rows after stop + resume, run-directory ownership. Tiny FetchReach runs, seconds each.
 """
 
@@ -318,7 +318,7 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
     train(_small_cfg(full, *extra, mode="disabled"))
     full_state = load_checkpoint(full / "checkpoint.pt")
 
-    real, calls = train_mod._checkpoint, []
+    real, calls = train_mod.save_training_state, []
 
     def dies_after_second(*args, **kwargs):
         real(*args, **kwargs)
@@ -326,7 +326,7 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
         if len(calls) == 2:
             raise RuntimeError("simulated kill after the checkpoint at 200")
 
-    monkeypatch.setattr(train_mod, "_checkpoint", dies_after_second)
+    monkeypatch.setattr(train_mod, "save_training_state", dies_after_second)
     run_dir = tmp_path / "resumed"
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(_small_cfg(run_dir, *extra, mode="disabled"))
@@ -336,8 +336,8 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
     assert mid["replay_schedule"]["n_samples"] == mid["counters"]["updates"] > 0
 
     seen = []
-    real_load = train_mod._load_replay_schedule
-    monkeypatch.setattr(train_mod, "_load_replay_schedule",
+    real_load = train_mod.load_replay_schedule
+    monkeypatch.setattr(train_mod, "load_replay_schedule",
                         lambda replay, sched: (real_load(replay, sched), seen.append(replay.sampler.beta)))
     train(_small_cfg(run_dir, *extra, mode="disabled"), resume=str(run_dir))
     total_updates = int(300 * 0.4)

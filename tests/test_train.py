@@ -205,7 +205,7 @@ def test_rewards_are_computed_on_raw_goals_and_normalizer_sees_relabeled_goals(t
     (["agent.learning_rate=0.1"], "learning_rate"),
     (["train.gamma=1.5"], "gamma"),
     (["notakeyvalue"], "key=value"),
-    (["replay.prioritized=true", "replay.td_error_clip=-1"], "replay.td_error_clip must be > 0"),
+    (["replay.prioritized=true", "replay.td_error_clip=-1"], "replay.td_error_clip must be a finite number > 0"),
     (["train.batch_size=1000000000000"], "train.batch_size must be in [1, replay.capacity]"),
     (["agent.hidden=[-3]"], "hidden layer sizes must be positive"),
 ])

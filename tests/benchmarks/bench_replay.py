@@ -2,20 +2,19 @@
 
     python tests/benchmarks/bench_replay.py                    # every section
     python tests/benchmarks/bench_replay.py --sections sampler # ours vs the gather floor (vs SB3 if installed)
-    /work/benchvenv/bin/python tests/benchmarks/bench_replay.py --sections sampler   # with Stable-Baselines3
 
 Sections:
-- ``sampler`` (issue "The HER sampler as a library"): HER sample throughput at B = 256, 1024, 4096, each batch
+- ``sampler``: HER sample throughput at B = 256, 1024, 4096, each batch
   ending in torch tensors on the CPU, for our ``HerReplayBuffer``, a plain numpy gather of B random rows of a flat
   transition table (observation, next observation, action, desired goal, next achieved goal as separate float32
   arrays) plus one vectorized reward (the floor), and Stable-Baselines3's ``HerReplayBuffer`` when SB3 is importable (a
   benchmark-only dependency); at B = 256 also a lean one-function reference doing our sampler's work without its
   checks and call structure (the per-call overhead of the composed library code); ``add()`` cost per transition
   and bytes per stored transition.
-- ``prioritized`` (issue "Prioritized replay"): prioritized HER sample + priority update at B = 256 against a
+- ``prioritized``: prioritized HER sample + priority update at B = 256 against a
   uniform HER sample, and our batched sum tree against a sum tree walked one sample at a time in a Python loop
-  (the seed implementation's approach, written here as the reference).
-- ``nstep`` (issue "n-step returns"): an n = 3 HER sample against an n = 1 sample at B = 256.
+  (the textbook implementation, written here as the reference).
+- ``nstep``: an n = 3 HER sample against an n = 1 sample at B = 256.
 
 Timings are medians of per-call CPU time of this thread (``time.thread_time``: the shared machine's other
 processes don't inflate it the way they inflate wall time) over repeated calls with fresh random indices (so the
@@ -224,7 +223,7 @@ def _sb3_buffer():
     try:
         from stable_baselines3 import HerReplayBuffer
     except ImportError:
-        print("(stable_baselines3 not installed: SB3 columns skipped; run with /work/benchvenv/bin/python)")
+        print("(stable_baselines3 not installed: SB3 columns skipped; pip install -e '.[test]' installs it)")
         return None
     env = _sb3_env()
     buf = HerReplayBuffer(N_TRANSITIONS, env.observation_space, env.action_space, env=env, device="cpu",
@@ -255,7 +254,7 @@ def _sb3_add_cost(steps) -> float:
 
 
 class LoopSumTree:
-    """The seed's sum tree: a binary tree in one array, updated and searched one sample at a time."""
+    """The textbook sum tree: a binary tree in one array, updated and searched one sample at a time."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -296,9 +295,9 @@ def section_prioritized(storage: her.EpisodeStorage) -> None:
     t_uniform, t_per = timeit_many([lambda: uniform.sample(B), per_step])
     print(f"\n== Prioritized HER sample + priority update, B = {B}, {len(storage):,} stored ==")
     print(f"uniform HER sample {t_uniform * 1e6:.0f} us; prioritized sample + update {t_per * 1e6:.0f} us; "
-          f"ratio {t_per / t_uniform:.2f} (goal <= 3)")
+          f"ratio {t_per / t_uniform:.2f}")
 
-    # Trees alone: batched K-ary tree vs the seed's loop tree, same capacity, same work (stratified find + update).
+    # Trees alone: batched K-ary tree vs the textbook loop tree, same capacity, same work (stratified find + update).
     cap = storage.n_slots
     loop_tree = LoopSumTree(cap)
     leaves = per_sampler.sum_tree.leaves
@@ -313,7 +312,7 @@ def section_prioritized(storage: her.EpisodeStorage) -> None:
         for i in idx:
             loop_tree.update(i, float(rng.random()))
 
-    tree = her.SumTree(cap)  # a plain sum tree like the seed's (the sampler's also tracks the minimum)
+    tree = her.SumTree(cap)  # a plain sum tree like the loop one (the sampler's also tracks the minimum)
     tree.update(np.arange(cap), leaves)
 
     def batched_step():
@@ -322,8 +321,8 @@ def section_prioritized(storage: her.EpisodeStorage) -> None:
         tree.update(idx, rng.random(B))
 
     t_loop, t_batched = timeit(loop_step, repeats=20, warmup=2), timeit(batched_step)
-    print(f"sum tree find + update of {B}: Python loop (seed) {t_loop * 1e6:.0f} us; batched {t_batched * 1e6:.0f} us;"
-          f" speed-up {t_loop / t_batched:.1f}x (goal >= 20)")
+    print(f"sum tree find + update of {B}: Python loop {t_loop * 1e6:.0f} us; batched {t_batched * 1e6:.0f} us;"
+          f" speed-up {t_loop / t_batched:.1f}x")
 
 
 def section_nstep(storage: her.EpisodeStorage) -> None:
@@ -334,7 +333,7 @@ def section_nstep(storage: her.EpisodeStorage) -> None:
                                      compute_success=fetch_success)
     t1, t3, t3s = timeit_many([lambda: one.sample(B), lambda: three.sample(B), lambda: three_stop.sample(B)])
     print(f"\n== n-step HER sample, B = {B}, {len(storage):,} stored ==")
-    print(f"n = 1: {t1 * 1e6:.0f} us; n = 3: {t3 * 1e6:.0f} us (ratio {t3 / t1:.2f}, goal <= 2); "
+    print(f"n = 1: {t1 * 1e6:.0f} us; n = 3: {t3 * 1e6:.0f} us (ratio {t3 / t1:.2f}); "
           f"n = 3 stop at success: {t3s * 1e6:.0f} us (ratio {t3s / t1:.2f})")
 
 

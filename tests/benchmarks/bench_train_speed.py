@@ -2,7 +2,7 @@
 
 Stable-Baselines3 is not a dependency of the package; the ``[test]`` extra installs it (the SB3 adapter's tests)::
 
-    python tests/benchmarks/bench_train_speed.py [--algos ddpg td3 sac] [--steps 4000] [--precision fp32|bf16] \
+    python tests/benchmarks/bench_train_speed.py [--algos ddpg td3 sac] [--steps 4000] [--precision fp32|bf16]
         [--repeats N] [--update-every 5]
 
 Both sides, in one process at one torch thread (``torch.set_num_threads(1)``), so the ratio is meaningful on a
@@ -23,7 +23,7 @@ shared machine even when absolute numbers drift:
 ``--precision bf16`` runs ours with ``agent.precision=bf16`` (bf16 autocast forward passes in the update); SB3
 always trains in float32.
 
-The table has env steps/s for both and ours/SB3; the issue's goal is a ratio >= 1.5 for each algorithm.
+The table has env steps/s for both and ours/SB3.
 """
 
 from __future__ import annotations

@@ -1,0 +1,64 @@
+"""Compare two finished training runs for exact equality (a resumed run against an uninterrupted one), for
+tests: checkpoints, replay files and ``metrics.csv`` rows, timings and paths aside."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from her_agents.checkpoint import load_checkpoint
+
+__all__ = ["differences", "run_differences"]
+
+#: values that differ between two runs of the same computation: clocks, the run directory, the W&B run
+TIMING_KEYS = ("wall_time", "env_steps_per_s", "dist/global_env_steps_per_s")
+
+
+def differences(a: Any, b: Any, path: str = "", skip: tuple[str, ...] = ()) -> list[str]:
+    """Paths where two nested values (dicts, lists, tuples, tensors, arrays, scalars) are not bit-identical
+    (NaN equals NaN). Dict keys named in ``skip`` are not compared."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}/{k}: only in one" for k in sorted(set(a) ^ set(b), key=str) if k not in skip]
+        for k in a:
+            if k in b and k not in skip:
+                out += differences(a[k], b[k], f"{path}/{k}", skip)
+        return out
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path}: length {len(a)} vs {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]", skip)]
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return [] if a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) else [path]
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        same = a.shape == b.shape and a.dtype == b.dtype and (
+            np.array_equal(a, b, equal_nan=a.dtype.kind == "f") if a.dtype != object else
+            not differences(a.tolist(), b.tolist()))
+        return [] if same else [path]
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return []
+    return [] if type(a) is type(b) and a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_differences(a: Path, b: Path, replay_files: tuple[str, ...] = ("replay.npz",)) -> list[str]:
+    """Every difference between the runs in ``a`` and ``b``: their last ``checkpoint.pt`` (config, W&B id and
+    clocks aside), the given replay files and the ``metrics.csv`` rows (clocks aside)."""
+    ca, cb = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
+    out = differences(ca, cb, "checkpoint", skip=("config", "wandb_id", *TIMING_KEYS))
+    for name in replay_files:
+        with np.load(a / name, allow_pickle=True) as za, np.load(b / name, allow_pickle=True) as zb:
+            out += differences({k: za[k] for k in za.files}, {k: zb[k] for k in zb.files}, name)
+    ra, rb = _rows(a), _rows(b)
+    out += differences([{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in ra],
+                       [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rb], "metrics.csv")
+    return out

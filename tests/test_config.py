@@ -1,0 +1,182 @@
+"""The run config: the ``agent`` section typed by the algorithm's config dataclass at load time (also after an
+``algo=`` override and on resume), choices as Literals, each section checking its own values (issue 15, item 3).
+No env is built and nothing is trained here."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+import her
+from her_agents.cli import train_main
+from her_agents.config import (
+    LOOP_OWNED,
+    Config,
+    EnvConfig,
+    ReplayConfig,
+    Strategy,
+    TrainConfig,
+    agent_config,
+    load_config,
+    resume_config,
+)
+from her_agents.ddpg import DDPGConfig
+from her_agents.registry import AGENTS, make_agent
+from her_agents.sac import SACConfig
+from her_agents.td3 import TD3Config
+
+
+def _agent(cfg) -> dict:
+    return OmegaConf.to_container(cfg.agent, resolve=True)
+
+
+def test_agent_override_is_typed_by_the_algorithms_dataclass():
+    cfg = load_config("fetch_reach_ddpg", ["agent.hidden=[64,64]", "agent.actor_lr=1", "agent.precision=bf16"])
+    section = _agent(cfg)
+    assert section["hidden"] == (64, 64) and all(type(h) is int for h in section["hidden"])
+    assert section["actor_lr"] == 1.0 and type(section["actor_lr"]) is float
+    typed = agent_config(cfg, seed=3)
+    assert type(typed) is DDPGConfig
+    assert typed.hidden == (64, 64) and typed.precision == "bf16" and typed.seed == 3
+
+
+def test_agent_section_holds_every_field_with_its_default_but_the_loops():
+    for algo, config_cls in (("ddpg", DDPGConfig), ("td3", TD3Config), ("sac", SACConfig)):
+        section = _agent(load_config("fetch_reach_ddpg", [f"algo={algo}"]))
+        defaults = dataclasses.asdict(config_cls())
+        expected = {k: v for k, v in defaults.items() if k not in LOOP_OWNED and k != "q_clip"}
+        assert section == expected, algo
+    # what train.py relies on: no seed (the loop's train.seed), q_clip only when set (else from the env)
+    assert "q_clip" not in _agent(load_config("fetch_reach_ddpg"))
+    assert _agent(load_config("fetch_reach_ddpg", ["agent.q_clip=null"]))["q_clip"] is None
+    assert _agent(load_config("fetch_reach_sac"))["q_clip"] == (-50.0, 0.0)
+
+
+def test_algo_override_retypes_the_agent_section():
+    sac = _agent(load_config("fetch_reach_ddpg", ["algo=sac", "agent.alpha=0.1", "agent.autotune=false"]))
+    assert sac["alpha"] == 0.1 and sac["autotune"] is False
+    assert sac["noise_std"] == 0.0 and sac["action_l2"] == 0.0  # SAC's defaults, not DDPG's
+    with pytest.raises(ValueError, match=r"unknown key 'agent.alpha' for algo 'ddpg'; valid agent keys: action_l2"):
+        load_config("fetch_reach_ddpg", ["agent.alpha=0.1"])
+    with pytest.raises(ValueError, match=r"unknown key 'agent.autotune' for algo 'ddpg'"):  # set by the SAC YAML
+        load_config("fetch_reach_sac", ["algo=ddpg"])
+    with pytest.raises(ValueError, match=r"unknown key 'agent.policy_delay' for algo 'ddpg'"):
+        load_config("fetch_reach_td3", ["agent.policy_delay=3", "algo=ddpg"])
+    assert _agent(load_config("fetch_reach_td3", ["agent.policy_delay=3"]))["policy_delay"] == 3
+    assert load_config("fetch_reach_ddpg", ["algo=TD3"]).algo == "td3"
+
+
+@pytest.mark.parametrize("override, expect", [
+    ("agent.precision=fp16", "agent.precision must be one of ['fp32', 'bf16'], got 'fp16' (str)"),
+    ("agent.hidden=[64,6.5]", "agent.hidden must be a list of integers, got [64, 6.5] (list)"),
+    ("agent.n_critics=2", "unknown key 'agent.n_critics' for algo 'ddpg'"),
+    ("agent.q_clip=[0,-1]", "agent.q_clip must be null or [low, high] with low <= high, got [0.0, -1.0]"),
+    ("agent.q_clip=[1,2,3]", "agent.q_clip must be a list of 2 numbers or null, got [1, 2, 3] (list)"),
+    ("agent.action_l2=-1", "agent.action_l2 must be >= 0, got -1.0"),
+    ("agent.n_threads=2", "agent.n_threads is set by the training loop: use train.torch_threads"),
+    ("algo=ppo", "unknown algo 'ppo'; valid algos: ['ddpg', 'sac', 'td3']"),
+    ("env.vectorization=threads", "env.vectorization must be one of ['sync', 'async'], got 'threads'"),
+    ("log.wandb.mode=online2", "log.wandb.mode must be one of ['auto', 'online', 'offline', 'disabled']"),
+    ("dist.mode=ps", "dist.mode must be one of ['data_parallel', 'actor_learner'], got 'ps'"),
+    ("dist.backend=mpi", "dist.backend must be one of ['auto', 'gloo', 'nccl'], got 'mpi'"),
+    ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    ("train.gamma=1.5", "train.gamma must be in (0, 1], got 1.5"),
+    ("replay.n_step=0", "replay.n_step must be an integer >= 1, got 0"),
+    ("replay.n_sampled_goal=-1", "replay.n_sampled_goal (k) must be an integer >= 0, got -1"),
+    ("replay.alpha=-1", "replay.alpha must be a finite number >= 0, got -1.0"),
+    ("replay.td_error_clip=0", "replay.td_error_clip must be a finite number > 0"),
+    ("replay.capacity=0", "replay.capacity must be >= 1, got 0"),
+    ("log.wandb.init_timeout_s=0", "log.wandb.init_timeout_s must be > 0, got 0.0"),
+    ("dist.weight_sync_every=0", "dist.weight_sync_every must be >= 1, got 0"),
+])
+def test_bad_value_is_refused_naming_the_key(override, expect):
+    with pytest.raises(ValueError) as info:
+        load_config("fetch_reach_ddpg", [override])
+    assert expect in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_sac_options_are_checked_by_sacs_dataclass():
+    with pytest.raises(ValueError, match=r"agent.alpha must be > 0, got 0.0"):
+        load_config("fetch_reach_ddpg", ["algo=sac", "agent.alpha=0"])
+    with pytest.raises(ValueError, match=r"agent.log_std_min must be <= log_std_max, got 3.0"):
+        load_config("fetch_reach_ddpg", ["algo=sac", "agent.log_std_min=3"])
+
+
+def test_print_config_shows_the_full_agent_section(capsys):
+    assert train_main(["fetch_reach_ddpg", "--print-config", "algo=td3", "agent.hidden=[32]"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    expected = {k: v for k, v in dataclasses.asdict(TD3Config(hidden=(32,))).items()
+                if k not in LOOP_OWNED and k != "q_clip"}
+    assert printed["agent"] == {k: list(v) if isinstance(v, tuple) else v for k, v in expected.items()}
+    assert printed["algo"] == "td3"
+
+
+def _saved(**agent) -> dict:
+    """The ``checkpoint["config"]`` of a run from an earlier version: only what its YAML set in ``agent``."""
+    cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
+    cfg["env"]["id"] = "FetchReach-v4"
+    cfg["agent"] = dict(agent)
+    return cfg
+
+
+def test_resume_of_a_run_with_a_partial_agent_section():
+    cfg = resume_config(_saved(hidden=[16]), ["train.total_env_steps=500"])
+    section = _agent(cfg)
+    assert section["hidden"] == (16,) and section["action_l2"] == 1.0 and "seed" not in section
+    assert _agent(resume_config(_saved(), []))["hidden"] == (256, 256, 256)  # `agent: {}`
+    # the full section a new run saves resumes too, and equals the partial one typed
+    assert _agent(resume_config(OmegaConf.to_container(cfg, resolve=True), [])) == section
+
+
+@pytest.mark.parametrize("overrides, expect", [
+    (["agent.hidden=[32,32]"], "agent.hidden cannot change on --resume: the run has [16], got [32, 32]"),
+    (["agent.hidden=[256,256,256]"], "agent.hidden cannot change on --resume: the run has [16], got [256, 256, 256]"),
+    (["algo=sac"], "algo cannot change on --resume: the run has 'ddpg', got 'sac'"),
+    (["agent.layer_norm=maybe"], "agent.layer_norm must be true or false, got 'maybe' (str)"),
+])
+def test_resume_refuses_frozen_and_bad_agent_values(overrides, expect):
+    with pytest.raises(ValueError) as info:
+        resume_config(_saved(hidden=[16]), overrides)
+    assert expect in str(info.value)
+
+
+def test_resume_agent_defaults_count_as_the_runs_values():
+    assert _agent(resume_config(_saved(), ["agent.hidden=[256,256,256]"]))["hidden"] == (256, 256, 256)
+    with pytest.raises(ValueError, match=r"agent.n_critics cannot change on --resume: the run has 2, got 3"):
+        resume_config({**_saved(), "algo": "td3"}, ["agent.n_critics=3"])
+
+
+def test_sections_check_their_own_values_when_built_directly():
+    with pytest.raises(ValueError, match=r"^warmup_steps must be >= 0, got -5$"):
+        TrainConfig(warmup_steps=-5)
+    with pytest.raises(ValueError, match=r"^vectorization must be one of \['sync', 'async'\], got 'threads'"):
+        EnvConfig(vectorization="threads")
+    with pytest.raises(ValueError, match=r"^strategy must be one of"):
+        ReplayConfig(strategy="futur")
+    assert ReplayConfig(strategy=her.RelabelStrategy.FINAL).strategy == "final"
+    with pytest.raises(ValueError, match=r"^noise_clip must be >= 0, got -1.0$"):
+        TD3Config(noise_clip=-1)
+    with pytest.raises(ValueError, match=r"^hidden must be a list of integers, got 'big' \(str\)$"):
+        DDPGConfig(hidden="big")
+    assert DDPGConfig(hidden=[8, 8]).hidden == (8, 8)
+
+
+def test_literal_choices_are_the_libraries_names():
+    assert typing.get_args(Strategy) == her.STRATEGIES
+    assert {f.name for f in dataclasses.fields(Config)} >= {"algo", "agent"}
+    assert sorted(AGENTS) == ["ddpg", "sac", "td3"]
+
+
+def test_make_agent_takes_the_typed_config():
+    cfg = load_config("fetch_reach_ddpg", ["algo=td3", "agent.hidden=[8]"])
+    agent = make_agent(cfg.algo, 4, 2, 2, config=agent_config(cfg, seed=0), device="cpu", n_threads=1)
+    assert agent.config.hidden == (8,) and agent.config.policy_delay == 2
+    with pytest.raises(ValueError, match="not both"):
+        make_agent("td3", 4, 2, 2, config=agent_config(cfg), hidden=(8,))
+    with pytest.raises(TypeError, match="must be a TD3Config, got DDPGConfig"):
+        make_agent("td3", 4, 2, 2, config=DDPGConfig())
