@@ -23,8 +23,8 @@ export PYTHONPATH="$site" WANDB_MODE=offline
 where=$("$tmp/venv/bin/python" -c 'import her, her_agents, her_envs, her_configs as c; print(her.__file__, her_agents.__file__, her_envs.__file__, c.__file__)')
 case "$where" in "$tmp/venv/"*" $tmp/venv/"*" $tmp/venv/"*" $tmp/venv/"*) ;; *) echo "check_wheel: imported from $where, not the wheel"; exit 1;; esac
 # No top-level name that collides with other distributions (OpenAI's Agents SDK installs `agents`).
-top=$(cd "$tmp/venv" && find . -path '*site-packages/*' -maxdepth 5 -mindepth 5 -type d ! -name '*.dist-info' ! -name __pycache__ -printf '%f\n' | sort | tr '\n' ' ')
-[ "$top" = "her her_agents her_configs her_envs " ] || { echo "check_wheel: the wheel installs top-level [$top]"; exit 1; }
+top=$("$tmp/venv/bin/python" -c 'import os, sysconfig; d = sysconfig.get_paths()["purelib"]; print(" ".join(sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n)) and not n.endswith(".dist-info") and n != "__pycache__")))')
+[ "$top" = "her her_agents her_configs her_envs" ] || { echo "check_wheel: the wheel installs top-level [$top]"; exit 1; }
 "$tmp/venv/bin/her-train" --help >/dev/null
 printed=$("$tmp/venv/bin/her-train" --print-config) && grep -q "id: FetchPush-v4" <<<"$printed"
 printed=$("$tmp/venv/bin/her-train" fetch_reach_ddpg --print-config train.seed=3) && grep -q "seed: 3" <<<"$printed"
