@@ -282,7 +282,8 @@ class PrioritizedSampler:
 
     def state_dict(self) -> dict:
         return {"leaves": self.sum_tree.leaves.copy(), "n_samples": self.n_samples, "abs_td": self._abs_td.copy(),
-                "max_priority": -1.0 if self.max_priority is None else self.max_priority}
+                "max_priority": -1.0 if self.max_priority is None else self.max_priority,
+                "n_updates": self._n_updates}  # rank-based: when the next re-sort happens
 
     def load_state_dict(self, state: dict) -> None:
         leaves = np.asarray(state["leaves"], np.float64)
@@ -291,5 +292,6 @@ class PrioritizedSampler:
         self.sum_tree.rebuild()
         self.n_samples = int(state["n_samples"])
         self._abs_td[:] = state["abs_td"]
+        self._n_updates = int(state.get("n_updates", 0))  # states saved before this key: re-sort schedule restarts
         mp = float(state["max_priority"])
         self.max_priority = None if mp < 0 else mp

@@ -527,3 +527,22 @@ def test_goal_free_buffer_still_checks_the_relabel_settings():
     storage = her.EpisodeStorage(20, (3,), (2,))
     with pytest.raises(ValueError, match="relabel strategy"):
         her.HerReplayBuffer(storage, strategy="bogus")
+
+
+def test_rank_based_state_dict_keeps_the_resort_schedule():
+    """A restored rank-based sampler re-sorts after the same number of further updates as the original."""
+    rng = np.random.default_rng(1)
+    samplers, slots = [], None
+    for _ in range(2):
+        storage = one_step_storage(50)
+        slots = np.array(add_items(storage, range(20)))
+        samplers.append(her.PrioritizedSampler(storage, alpha=0.7, rank_based=True, rank_resort_interval=3))
+    original, restored = samplers
+    for _ in range(2):  # 2 of 3 updates towards the next re-sort
+        original.update_priorities(slots, rng.random(20))
+    restored.load_state_dict(original.state_dict())
+    td = rng.random(20)
+    for s in (original, restored):
+        s.update_priorities(slots, td)  # the third: both re-sort now
+    np.testing.assert_array_equal(restored.priorities(slots), original.priorities(slots))
+    assert not np.allclose(original.priorities(slots), original.priorities(slots)[0])  # it did re-sort
