@@ -23,7 +23,7 @@ from her_agents.run_control import RunDirInUse, RunDirLock, prepare_run_dir
 from her_agents.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wandb_reader import final_state, history_rows, run_files
+from wandb_reader import final_state, final_state_once_written, history_rows, run_files
 
 TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
         "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false"]
@@ -141,7 +141,7 @@ def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch
     with pytest.raises(RuntimeError, match="simulated"):
         train(_small_cfg(tmp_path / "run"))
     (f,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
-    exit_code, summary = final_state(f)
+    exit_code, summary = final_state_once_written(f)
     assert exit_code == 1
     assert summary["run_status"] == "crashed"
     assert summary["error"] == "RuntimeError: simulated failure in the update"
