@@ -49,6 +49,16 @@ def train_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_to_pipe(text: str) -> int:
+    """Print ``text`` to stdout and return 0; a reader that closed the pipe early (``| head``) ends it quietly."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+    return 0
+
+
 def train_main(argv: list[str] | None = None) -> int:
     parser = train_parser()
     args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
@@ -82,8 +92,7 @@ def train_main(argv: list[str] | None = None) -> int:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(OmegaConf.to_yaml(cfg))
-        return 0
+        return print_to_pipe(OmegaConf.to_yaml(cfg))
 
     from her_agents.run_control import TrainingStopped
     from her_agents.video import check_gl_backend

@@ -200,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no run directories given")
     try:
         if args.table is not None:
-            print(results_table(groups, args.table, metric=args.metric))
-            return 0
+            from her_agents.cli import print_to_pipe
+
+            return print_to_pipe(results_table(groups, args.table, metric=args.metric))
         out = plot_curves(groups, args.out, args.metric, args.title)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))

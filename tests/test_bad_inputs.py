@@ -4,6 +4,8 @@ written or deleted. In-process ``train_main`` calls: config errors stop before a
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,12 @@ def test_resume_with_a_truncated_file_is_one_line(finished_run, tmp_path, capsys
     line = _one_error_line(err)
     kind = "checkpoint" if victim == "checkpoint.pt" else "replay"
     assert f"{kind} {run_dir / victim} cannot be read" in line and "truncated or corrupt" in line, line
+
+
+def test_print_config_into_a_pipe_closed_early_ends_quietly():
+    # `her-train --print-config | head -1`: the reader closes the pipe before the config is written out
+    proc = subprocess.Popen([sys.executable, "-m", "her_agents.cli", "--print-config"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
