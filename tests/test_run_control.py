@@ -46,11 +46,19 @@ def _csv_steps(run_dir: Path) -> list[int]:
         return [int(r["env_steps"]) for r in csv.DictReader(f)]
 
 
-def _wandb_steps(run_dir: Path, run_id: str) -> list[int]:
-    """``env_steps`` of the evaluation rows W&B got, over every process that logged to the run, in order."""
-    files = run_files(run_dir / "wandb", run_id)
-    assert files, f"no W&B files of run {run_id} in {run_dir / 'wandb'}"
-    return [int(r["env_steps"]) for f in files for r in history_rows(f) if "eval/success_rate" in r]
+def _wandb_steps(run_dir: Path, run_id: str, expected: list[int] | None = None, timeout: float = 60.0) -> list[int]:
+    """``env_steps`` of the evaluation rows W&B got, over every process that logged to the run, in order.
+
+    Given ``expected`` (a run finished in this process, whose W&B service may still be writing), read again
+    until the rows are ``expected`` or ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = run_files(run_dir / "wandb", run_id)
+        assert files, f"no W&B files of run {run_id} in {run_dir / 'wandb'}"
+        steps = [int(r["env_steps"]) for f in files for r in history_rows(f) if "eval/success_rate" in r]
+        if expected is None or steps == expected or time.monotonic() > deadline:
+            return steps
+        time.sleep(0.2)
 
 
 def _small_cfg(run_dir: Path, *extra: str, mode: str = "offline"):
@@ -221,12 +229,12 @@ def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["counters"]["env_steps"] == 200
-    assert _wandb_steps(run_dir, state["wandb_id"]) == [100]
+    assert _wandb_steps(run_dir, state["wandb_id"], expected=[100]) == [100]
     assert _csv_steps(run_dir) == [100, 200]
 
     train(_small_cfg(run_dir), resume=str(run_dir))
     assert _csv_steps(run_dir) == [100, 200, 300]
-    assert _wandb_steps(run_dir, state["wandb_id"]) == [100, 200, 300]
+    assert _wandb_steps(run_dir, state["wandb_id"], expected=[100, 200, 300]) == [100, 200, 300]
 
 
 # ---------------------------------------------------------------------------------------------------- run dirs
