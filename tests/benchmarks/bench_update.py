@@ -1,9 +1,10 @@
 """Time one agent update per algorithm against a straightforward reference torch update.
 
     python tests/benchmarks/bench_update.py [--batch-sizes 256 1024] [--iters 20] [--threads 1]
-        [--precision fp32 bf16] [--compile]
+        [--precision fp32 bf16] [--hidden 256 256 256] [--layer-norm] [--compile]
 
-FetchPush sizes (obs 25, goal 3, action 4) and 3x256 MLPs. The reference is what one writes first: separate
+FetchPush sizes (obs 25, goal 3, action 4) and MLPs of ``--hidden`` sizes (3x256 by default); ``--layer-norm``
+gives the agents LayerNorm networks (``agent.layer_norm``, as the Fetch configs use; the reference has none). The reference is what one writes first: separate
 ``nn.Sequential`` critics (two for TD3/SAC, one for DDPG), plain ``torch.optim.Adam``, critic gradients
 computed during the actor step, one ``.item()`` per metric. ``--compile`` additionally times the agents with
 their actor and critic modules wrapped in ``torch.compile`` (reported as failed if it does not work here).
@@ -46,12 +47,12 @@ def make_batch(batch_size: int, seed: int = 0) -> SimpleNamespace:
 class ReferenceAgent:
     """Straightforward DDPG/TD3/SAC update with separate critics and plain Adam (same maths as the agents)."""
 
-    def __init__(self, algo: str) -> None:
+    def __init__(self, algo: str, hidden: tuple[int, ...] = HIDDEN) -> None:
         self.algo = algo
         s = OBS + GOAL
         n_critics = 1 if algo == "ddpg" else 2
-        self.actor = mlp(s, 2 * ACT if algo == "sac" else ACT, HIDDEN)
-        self.critics = [mlp(s + ACT, 1, HIDDEN) for _ in range(n_critics)]
+        self.actor = mlp(s, 2 * ACT if algo == "sac" else ACT, hidden)
+        self.critics = [mlp(s + ACT, 1, hidden) for _ in range(n_critics)]
         self.actor_target = copy.deepcopy(self.actor)
         self.critic_targets = [copy.deepcopy(c) for c in self.critics]
         self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
@@ -142,8 +143,8 @@ def time_updates(agent, batch, iters: int, warmup: int, repeats: int = 5) -> flo
     return float(np.min(times))
 
 
-def compiled_agent(algo: str):
-    agent = make_agent(algo, OBS, GOAL, ACT, device="cpu")
+def compiled_agent(algo: str, hidden: tuple[int, ...], layer_norm: bool):
+    agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", hidden=list(hidden), layer_norm=layer_norm)
     agent.actor = torch.compile(agent.actor)
     agent.critic = torch.compile(agent.critic)
     agent.critic_target = torch.compile(agent.critic_target)
@@ -161,13 +162,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                         help="agent precisions to time (one 'agent ms' column each)")
+    parser.add_argument("--hidden", nargs="+", type=int, default=list(HIDDEN), help="hidden layer sizes")
+    parser.add_argument("--layer-norm", action="store_true", help="LayerNorm in the agents' networks")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile'd agent modules")
     args = parser.parse_args()
+    hidden = tuple(args.hidden)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, obs {OBS} goal {GOAL} act {ACT}, "
-          f"hidden {HIDDEN}")
+          f"hidden {hidden}, layer_norm {args.layer_norm}")
     header = f"{'algo':<6}{'batch':>7}{'reference ms':>14}"
     header += "".join(f"{f'{p} ms':>10}" for p in args.precision) + f"{'speedup':>9}"
     if len(args.precision) > 1:
@@ -179,17 +183,18 @@ def main() -> None:
     for algo in args.algos:
         for bs in args.batch_sizes:
             batch = make_batch(bs)
-            ref_ms = time_updates(ReferenceAgent(algo), batch, args.iters, args.warmup)
+            ref_ms = time_updates(ReferenceAgent(algo, hidden), batch, args.iters, args.warmup)
             ms = []
             for precision in args.precision:
-                agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision)
+                agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision, hidden=list(hidden),
+                                   layer_norm=args.layer_norm)
                 agent.update_normalizer(batch.observation, batch.desired_goal)
                 ms.append(time_updates(agent, batch, args.iters, args.warmup))
             line = f"{algo:<6}{bs:>7}{ref_ms:>14.2f}" + "".join(f"{m:>10.2f}" for m in ms)
             line += f"{ref_ms / ms[0]:>8.2f}x" + "".join(f"{ms[0] / m:>13.2f}x" for m in ms[1:])
             if args.compile:
                 try:
-                    c_ms = time_updates(compiled_agent(algo), batch, args.iters, args.warmup + 5)
+                    c_ms = time_updates(compiled_agent(algo, hidden, args.layer_norm), batch, args.iters, args.warmup + 5)
                     line += f"{c_ms:>13.2f}"
                 except Exception as exc:
                     line += f"{'failed':>13}"
