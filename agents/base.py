@@ -1,5 +1,5 @@
 """The ``Agent`` protocol (what the loop, the data-parallel wrapper and the actor-learner use of an agent), and
-the goal-conditioned pieces DDPG/TD3/SAC share.
+the goal-conditioned pieces DDPG/TD3/SAC/TQC share.
 
 Shared pieces (openai/baselines HER techniques):
 - observation and goal :class:`RunningNormalizer` (clip raw +-200, output +-5); the networks' input is
@@ -37,7 +37,7 @@ class Agent(Protocol):
     """What the training loop (``her_agents.train``), the data-parallel wrapper (``her_agents.distributed``) and
     the actor-learner (``her_agents.actor_learner``) use of an agent; nothing else is read across modules.
 
-    :class:`GoalConditionedAgentBase` implements it for DDPG, TD3 and SAC.
+    :class:`GoalConditionedAgentBase` implements it for DDPG, TD3, SAC and TQC.
     """
 
     @property

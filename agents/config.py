@@ -239,11 +239,11 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: str = "ddpg"
-    """ddpg | td3 | sac (the registered algorithms, :data:`her_agents.registry.AGENTS`; case-insensitive)."""
+    """ddpg | td3 | sac | tqc (the registered algorithms, :data:`her_agents.registry.AGENTS`; case-insensitive)."""
     agent: dict[str, Any] = field(default_factory=dict)
-    """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``):
-    given keys are checked and converted, missing ones get the dataclass's defaults, except :data:`LOOP_OWNED`
-    (refused) and ``q_clip``, which stays absent unless set (the loop then derives it from the env's reward
+    """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``,
+    ``TQCConfig``): given keys are checked and converted, missing ones get the dataclass's defaults, except
+    :data:`LOOP_OWNED` (refused) and ``q_clip``, which stays absent unless set (the loop then derives it from the env's reward
     range and ``train.gamma``)."""
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)

@@ -10,11 +10,13 @@ from her_agents.base import AgentConfig, GoalConditionedAgentBase
 from her_agents.ddpg import DDPGAgent, DDPGConfig
 from her_agents.sac import SACAgent, SACConfig
 from her_agents.td3 import TD3Agent, TD3Config
+from her_agents.tqc import TQCAgent, TQCConfig
 
 AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
     "ddpg": (DDPGAgent, DDPGConfig),
     "td3": (TD3Agent, TD3Config),
     "sac": (SACAgent, SACConfig),
+    "tqc": (TQCAgent, TQCConfig),
 }
 
 #: keyword arguments that go to the agent constructor rather than its config
@@ -34,7 +36,7 @@ def algo_name(algo: str) -> str:
 
 
 def config_class(algo: str) -> type[AgentConfig]:
-    """The config dataclass of ``algo`` (``DDPGConfig``, ``TD3Config``, ``SACConfig``).
+    """The config dataclass of ``algo`` (``DDPGConfig``, ``TD3Config``, ``SACConfig``, ``TQCConfig``).
 
     Raises:
         ValueError: as :func:`algo_name`.
@@ -49,7 +51,7 @@ def config_fields(algo: str) -> list[str]:
 
 def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: AgentConfig | None = None,
                **kwargs: Any) -> GoalConditionedAgentBase:
-    """Build a ``"ddpg"``, ``"td3"`` or ``"sac"`` agent.
+    """Build a ``"ddpg"``, ``"td3"``, ``"sac"`` or ``"tqc"`` agent.
 
     Args:
         algo: the algorithm's name (case-insensitive).

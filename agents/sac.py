@@ -82,9 +82,7 @@ class SACAgent(GoalConditionedAgentBase):
         self.actor = SquashedGaussianActor(
             self.state_dim, action_dim, cfg.hidden, cfg.layer_norm, cfg.log_std_min, cfg.log_std_max
         ).to(self.device)
-        self.critic = EnsembleCritic(
-            self.state_dim, action_dim, cfg.hidden, cfg.n_critics, cfg.layer_norm
-        ).to(self.device)
+        self.critic = self._build_critic().to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
@@ -92,6 +90,10 @@ class SACAgent(GoalConditionedAgentBase):
         self.temperature.requires_grad_(cfg.autotune)
         self.alpha_optim = make_adam(self.temperature.parameters(), cfg.alpha_lr)
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
+
+    def _build_critic(self) -> EnsembleCritic:
+        cfg = self.config
+        return EnsembleCritic(self.state_dim, self.action_dim, cfg.hidden, cfg.n_critics, cfg.layer_norm)
 
     @property
     def alpha(self) -> float:
@@ -110,27 +112,16 @@ class SACAgent(GoalConditionedAgentBase):
         state = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
 
-        # --- critic: y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi
-        with torch.no_grad():
-            next_state = self.preprocess(b.next_observation, b.desired_goal)
-            with self.autocast():
-                next_action, next_log_prob = self.actor(next_state)
-                next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
-            next_q = next_q - alpha * next_log_prob
-            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        with self.autocast():
-            q = self.critic(state, b.action)  # [n_critics, B] float32
-        assert q.shape == (cfg.n_critics, y.shape[0])
-        critic_loss = (b.weight * (q - y).square()).mean(1).sum()
+        critic_loss, reported_critic_loss, q_mean, td_error = self._critic_loss(b, state, alpha)
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
 
-        # --- actor: minimize alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi (reparameterized)
+        # --- actor: minimize alpha log pi(a|s) - Q(s, a), a ~ pi (reparameterized)
         freeze(self.params(self.critic), True)
         with self.autocast():
             pi, log_prob = self.actor(state)
-            q_pi = self.critic(state, pi).min(0).values
+            q_pi = self._actor_value(state, pi)
         actor_loss = (alpha * log_prob - q_pi).mean() + cfg.action_l2 * pi.square().mean()
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
@@ -148,17 +139,39 @@ class SACAgent(GoalConditionedAgentBase):
         self.num_updates += 1
         if cfg.target_update_interval and self.num_updates % cfg.target_update_interval == 0:
             self.update_targets()
-        td_error = (y - q.detach()).abs().mean(0)
         return self._metrics(
             {
-                "critic_loss": critic_loss.detach() / cfg.n_critics,
+                "critic_loss": reported_critic_loss,
                 "actor_loss": actor_loss,
-                "q_mean": q.detach().mean(),
+                "q_mean": q_mean,
                 "alpha": alpha,
                 "entropy": -log_prob.mean(),
             },
             td_error,
         )
+
+    def _critic_loss(self, b, state: torch.Tensor, alpha: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, reported loss, Q mean, td_error [B])`` of the soft TD step:
+        ``y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi``."""
+        cfg = self.config
+        with torch.no_grad():
+            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            with self.autocast():
+                next_action, next_log_prob = self.actor(next_state)
+                next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
+            next_q = next_q - alpha * next_log_prob
+            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        with self.autocast():
+            q = self.critic(state, b.action)  # [n_critics, B] float32
+        assert q.shape == (cfg.n_critics, y.shape[0])
+        loss = (b.weight * (q - y).square()).mean(1).sum()
+        q = q.detach()
+        return loss, loss.detach() / cfg.n_critics, q.mean(), (y - q).abs().mean(0)
+
+    def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The value the actor maximizes, ``min_i Q_i(s, a)`` ``[B]``."""
+        return self.critic(state, action).min(0).values
 
     def _target_pairs(self):
         return [(self.critic_target, self.critic)]

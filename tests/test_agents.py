@@ -1,4 +1,4 @@
-"""Unit tests of agents/: normalizer, networks, exploration, TD targets, DDPG/TD3/SAC updates, checkpoints."""
+"""Unit tests of agents/: normalizer, networks, exploration, TD targets, DDPG/TD3/SAC/TQC updates, checkpoints."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ from her_agents.normalizer import RunningNormalizer
 from her_agents.registry import make_agent
 from her_agents.sac import SACAgent, SACConfig
 from her_agents.td3 import TD3Agent, TD3Config, smoothed_target_action
+from her_agents.tqc import TQCAgent, TQCConfig, quantile_huber_loss
 
 OBS, GOAL, ACT = 7, 3, 2
 SMALL = {"hidden": (32, 32), "device": "cpu"}
-ALGOS = ["ddpg", "td3", "sac"]
+ALGOS = ["ddpg", "td3", "sac", "tqc"]
+STOCHASTIC = ("sac", "tqc")  # policies that sample their actions
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -255,7 +257,7 @@ def test_update_reduces_critic_loss_on_fixed_target(algo, precision):
         last = agent.update(batch)
     assert last["critic_loss"] < 0.1 * first["critic_loss"]
     expected = {"critic_loss", "actor_loss", "q_mean", "td_error"}
-    if algo == "sac":
+    if algo in STOCHASTIC:
         expected |= {"alpha", "entropy"}
     assert set(last) == expected
     assert last["td_error"].dtype == np.float32 and last["td_error"].shape == (64,)
@@ -351,6 +353,75 @@ def test_sac_fixed_alpha_and_autotune():
     assert tuned.target_entropy == -ACT
 
 
+
+def _quantile_huber_by_loops(z: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    """The quantile Huber loss written out term by term (Dabney et al. 2018, Eq. 9-10, kappa = 1)."""
+    n, batch, m = z.shape
+    total = 0.0
+    for i in range(n):
+        per_critic = 0.0
+        for b in range(batch):
+            terms = []
+            for j in range(m):
+                tau = (2 * j + 1) / (2 * m)
+                for target in y[b]:
+                    u = target - z[i, b, j]
+                    huber = 0.5 * u * u if abs(u) <= 1 else abs(u) - 0.5
+                    terms.append(abs(tau - (u < 0)) * huber)
+            per_critic += w[b] * np.mean(terms)
+        total += per_critic / batch
+    return total
+
+
+def test_quantile_huber_loss_matches_the_term_by_term_sum():
+    rng = np.random.default_rng(0)
+    z = rng.normal(scale=2.0, size=(2, 5, 4)).astype(np.float32)  # |u| on both sides of kappa = 1
+    y = rng.normal(scale=2.0, size=(5, 6)).astype(np.float32)
+    w = rng.uniform(0.2, 1.5, size=5).astype(np.float32)
+    got = quantile_huber_loss(torch.as_tensor(z), torch.as_tensor(y), torch.as_tensor(w)).item()
+    assert got == pytest.approx(_quantile_huber_by_loops(z, y, w), rel=1e-5)
+
+
+def test_tqc_target_drops_the_largest_pooled_atoms():
+    """The critic loss of :meth:`TQCAgent._critic_loss` against atoms computed by hand: the target critics' atoms
+    pooled over critics, sorted, the top ``d * N`` dropped, then ``r + discount * (z - alpha log pi)``, clipped."""
+    torch.manual_seed(0)
+    n, m, d, batch_size = 2, 5, 2, 8
+    agent = TQCAgent(OBS, GOAL, ACT, TQCConfig(hidden=(16,), n_critics=n, n_quantiles=m,
+                                               top_quantiles_to_drop_per_net=d, q_clip=(-3.0, 0.0)), device="cpu")
+    batch = make_batch(batch_size)
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    b = agent.batch_to_tensors(batch)
+    state = agent.preprocess(b.observation, b.desired_goal)
+    atoms = torch.randn(n, batch_size, m) * 2 - 1
+    log_prob = torch.randn(batch_size)
+    agent.critic_target = lambda s, a: atoms
+    agent.actor = lambda s: (torch.zeros(s.shape[0], ACT), log_prob)
+    alpha = torch.tensor(0.3)
+    loss, _, _, td_error = agent._critic_loss(b, state, alpha)
+
+    expected_y = []
+    for j in range(batch_size):
+        pooled = np.sort(atoms[:, j, :].numpy().ravel())[: n * (m - d)]
+        y = b.reward[j].item() + b.discount[j].item() * (pooled - 0.3 * log_prob[j].item())
+        expected_y.append(np.clip(y, -3.0, 0.0))
+    expected_y = np.asarray(expected_y, np.float32)
+    z = agent.critic(state, b.action).detach().numpy()
+    assert loss.item() == pytest.approx(_quantile_huber_by_loops(z, expected_y, batch.weight), rel=1e-5)
+    np.testing.assert_allclose(td_error.numpy(), np.abs(expected_y.mean(1)[None] - z.mean(2)).mean(0), rtol=1e-5)
+
+
+def test_tqc_actor_maximizes_the_mean_of_all_atoms_and_options_are_checked():
+    agent = make_agent("tqc", OBS, GOAL, ACT, n_quantiles=7, **SMALL)
+    state, action = torch.randn(4, OBS + GOAL), torch.rand(4, ACT) * 2 - 1
+    z = agent.critic(state, action)
+    assert z.shape == (2, 4, 7)
+    torch.testing.assert_close(agent._actor_value(state, action), z.mean(dim=(0, 2)))
+    with pytest.raises(ValueError, match=r"top_quantiles_to_drop_per_net must be >= 0 and < n_quantiles, got 7"):
+        make_agent("tqc", OBS, GOAL, ACT, n_quantiles=7, top_quantiles_to_drop_per_net=7)
+    with pytest.raises(ValueError, match="n_quantiles must be >= 1"):
+        make_agent("tqc", OBS, GOAL, ACT, n_quantiles=0)
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 @pytest.mark.parametrize("algo", ALGOS)
 def test_state_dict_round_trip(algo):
@@ -371,8 +442,8 @@ def test_state_dict_round_trip(algo):
     )
     # exploration rng restored too
     np.testing.assert_array_equal(
-        clone.act(batch.observation, batch.desired_goal, deterministic=algo == "sac"),
-        agent.act(batch.observation, batch.desired_goal, deterministic=algo == "sac"),
+        clone.act(batch.observation, batch.desired_goal, deterministic=algo in STOCHASTIC),
+        agent.act(batch.observation, batch.desired_goal, deterministic=algo in STOCHASTIC),
     )
     # optimizers restored: one more update stays identical
     results = []

@@ -1,4 +1,4 @@
-"""TD3 and SAC, and DDPG with ``agent.precision=bf16``, learn FetchReach-v4 through the CLI (the fp32 DDPG run
+"""TD3, SAC and TQC, and DDPG with ``agent.precision=bf16``, learn FetchReach-v4 through the CLI (the fp32 DDPG run
 is in ``test_train.py``).
 
 Budgets (env steps, default ``fetch_reach_<algo>`` configs: 0.4 updates/env step x batch 256, 3x256 networks,
@@ -7,6 +7,7 @@ Budgets (env steps, default ``fetch_reach_<algo>`` configs: 0.4 updates/env step
 - TD3: seed 0: 0.55, 1.0, 1.0; seed 1: 0.05, 1.0, 1.0; seed 2: 0.40, 1.0, 1.0 -> budget 3000
   (1000 steps of margin).
 - SAC: seed 0: 1.0, 1.0; seed 1: 1.0, 1.0; seed 2: 0.80, 1.0 -> budget 2000 (1000 steps margin).
+- TQC: seed 0: 0.90, 1.0, 1.0; seed 1: 0.50, 1.0, 1.0; seed 2: 0.90, 1.0 -> budget 3000 (1000 steps margin).
 - DDPG bf16: seed 0: 0.95, 1.0, 1.0; seed 1: 0.80, 1.0, 1.0; seed 2: 1.0, 1.0, 1.0 -> budget 3000, as for
   fp32 DDPG.
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-BUDGETS = {"td3": 3000, "sac": 2000}
+BUDGETS = {"td3": 3000, "sac": 2000, "tqc": 3000}
 
 
 def _reach_trajectory(algo: str, budget: int, run_dir: Path, *overrides: str) -> list[tuple[int, float]]:

@@ -28,6 +28,7 @@ from her_agents.ddpg import DDPGConfig
 from her_agents.registry import AGENTS, make_agent
 from her_agents.sac import SACConfig
 from her_agents.td3 import TD3Config
+from her_agents.tqc import TQCConfig
 
 
 def _agent(cfg) -> dict:
@@ -45,7 +46,7 @@ def test_agent_override_is_typed_by_the_algorithms_dataclass():
 
 
 def test_agent_section_holds_every_field_with_its_default_but_the_loops():
-    for algo, config_cls in (("ddpg", DDPGConfig), ("td3", TD3Config), ("sac", SACConfig)):
+    for algo, config_cls in (("ddpg", DDPGConfig), ("td3", TD3Config), ("sac", SACConfig), ("tqc", TQCConfig)):
         section = _agent(load_config("fetch_reach_ddpg", [f"algo={algo}"]))
         defaults = dataclasses.asdict(config_cls())
         expected = {k: v for k, v in defaults.items() if k not in LOOP_OWNED and k != "q_clip"}
@@ -78,7 +79,7 @@ def test_algo_override_retypes_the_agent_section():
     ("agent.q_clip=[1,2,3]", "agent.q_clip must be a list of 2 numbers or null, got [1, 2, 3] (list)"),
     ("agent.action_l2=-1", "agent.action_l2 must be >= 0, got -1.0"),
     ("agent.n_threads=2", "agent.n_threads is set by the training loop: use train.torch_threads"),
-    ("algo=ppo", "unknown algo 'ppo'; valid algos: ['ddpg', 'sac', 'td3']"),
+    ("algo=ppo", "unknown algo 'ppo'; valid algos: ['ddpg', 'sac', 'td3', 'tqc']"),
     ("env.vectorization=threads", "env.vectorization must be one of ['sync', 'async'], got 'threads'"),
     ("log.wandb.mode=online2", "log.wandb.mode must be one of ['auto', 'online', 'offline', 'disabled']"),
     ("dist.mode=ps", "dist.mode must be one of ['data_parallel', 'actor_learner'], got 'ps'"),
@@ -169,7 +170,7 @@ def test_sections_check_their_own_values_when_built_directly():
 def test_literal_choices_are_the_libraries_names():
     assert typing.get_args(Strategy) == her.STRATEGIES
     assert {f.name for f in dataclasses.fields(Config)} >= {"algo", "agent"}
-    assert sorted(AGENTS) == ["ddpg", "sac", "td3"]
+    assert sorted(AGENTS) == ["ddpg", "sac", "td3", "tqc"]
 
 
 def test_make_agent_takes_the_typed_config():
