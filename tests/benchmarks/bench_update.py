@@ -155,7 +155,8 @@ def compiled_agent(algo: str, hidden: tuple[int, ...], layer_norm: bool):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algos", nargs="+", default=["ddpg", "td3", "sac"])
+    parser.add_argument("--algos", nargs="+", choices=["ddpg", "td3", "sac"], default=["ddpg", "td3", "sac"],
+                        help="algorithms with a reference update here")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[256, 1024])
     parser.add_argument("--iters", type=int, default=20, help="updates per timing repeat (best of 5 repeats)")
     parser.add_argument("--warmup", type=int, default=5)
