@@ -23,7 +23,7 @@ from her_agents.run_control import RunDirInUse, RunDirLock, prepare_run_dir
 from her_agents.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wandb_reader import final_state, final_state_once_written, history_rows, run_files
+from wandb_reader import final_state, final_state_once_written, history_rows, read_until, run_files
 
 TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
         "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false"]
@@ -46,19 +46,17 @@ def _csv_steps(run_dir: Path) -> list[int]:
         return [int(r["env_steps"]) for r in csv.DictReader(f)]
 
 
-def _wandb_steps(run_dir: Path, run_id: str, expected: list[int] | None = None, timeout: float = 60.0) -> list[int]:
+def _wandb_steps(run_dir: Path, run_id: str, expected: list[int] | None = None) -> list[int]:
     """``env_steps`` of the evaluation rows W&B got, over every process that logged to the run, in order.
 
     Given ``expected`` (a run finished in this process, whose W&B service may still be writing), read again
-    until the rows are ``expected`` or ``timeout`` seconds have passed."""
-    deadline = time.monotonic() + timeout
-    while True:
+    until the rows are ``expected`` or 60 s have passed."""
+    def read() -> list[int]:
         files = run_files(run_dir / "wandb", run_id)
         assert files, f"no W&B files of run {run_id} in {run_dir / 'wandb'}"
-        steps = [int(r["env_steps"]) for f in files for r in history_rows(f) if "eval/success_rate" in r]
-        if expected is None or steps == expected or time.monotonic() > deadline:
-            return steps
-        time.sleep(0.2)
+        return [int(r["env_steps"]) for f in files for r in history_rows(f) if "eval/success_rate" in r]
+
+    return read() if expected is None else read_until(read, lambda steps: steps == expected)
 
 
 def _small_cfg(run_dir: Path, *extra: str, mode: str = "offline"):
