@@ -113,6 +113,11 @@ def train_main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError as exc:  # numpy's error names the size; the replay buffer is what is that large
+        what = str(exc).split(" and data type")[0]  # numpy appends the whole structured dtype
+        print(f"her-train: error: out of memory ({what}); lower replay.capacity (now {cfg.replay.capacity})",
+              file=sys.stderr)
+        return 2
     except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
         print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "
               f"{exc.strerror or exc}", file=sys.stderr)
@@ -145,6 +150,13 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(f"--episodes and --video-episodes must be >= 1, got {args.episodes} and {args.video_episodes}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
+    from her_agents.config import check_device, check_device_name
+
+    try:
+        check_device_name(args.device, "--device")
+        check_device(args.device, "--device")
+    except ValueError as exc:
+        parser.error(str(exc))
 
     from her_agents.video import check_gl_backend, default_headless_gl
 

@@ -164,8 +164,7 @@ class TrainConfig:
             "eval_every": AT_LEAST_ONE, "eval_episodes": AT_LEAST_ONE,
             "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
         })
-        require(self.device in DEVICES or re.fullmatch(r"cuda:\d+", self.device) is not None, "device",
-                "auto, cpu, cuda or cuda:N", self.device)
+        check_device_name(self.device, "device")
 
 
 @dataclass
@@ -412,8 +411,27 @@ def _raw_override(key: str, overrides: list[str] | None, value: Any) -> str:
     return repr(value)
 
 
+def _check_sections(base: Any, layer: Any, overrides: list[str] | None, prefix: str = "") -> None:
+    """Raises ValueError where ``layer`` gives a plain value for a section of ``base`` (``train=5``), which
+    OmegaConf reports without naming the key."""
+    if not OmegaConf.is_dict(layer):
+        return
+    for key in layer:
+        if key not in base or not OmegaConf.is_dict(base[key]):
+            continue
+        full = f"{prefix}{key}"
+        value = layer[key]
+        if OmegaConf.is_dict(value):
+            _check_sections(base[key], value, overrides, full + ".")
+        else:
+            raise ValueError(f"{full} must be a mapping of {full}.* keys, got {_raw_override(full, overrides, value)} "
+                             f"({type(value).__name__})")
+
+
 def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> DictConfig:
     """``OmegaConf.merge`` with its errors as one line naming the key, what was expected and what came."""
+    for layer in layers:
+        _check_sections(base, layer, overrides)
     try:
         return OmegaConf.merge(base, *layers)
     except (ConfigKeyError, ValidationError) as exc:
@@ -549,8 +567,18 @@ def _read_yaml(path: Path | Traversable) -> list[DictConfig]:
     return layers + [cfg]
 
 
-def check_device(device: str) -> None:
-    """Refuse a ``train.device`` this machine does not have.
+def check_device_name(device: Any, name: str) -> None:
+    """Refuse a device string other than ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Raises:
+        ValueError: one line naming ``name`` (e.g. ``device``, ``--device``).
+    """
+    require(device in DEVICES or re.fullmatch(r"cuda:\d+", str(device)) is not None, name,
+            "auto, cpu, cuda or cuda:N", device)
+
+
+def check_device(device: str, name: str = "train.device") -> None:
+    """Refuse a device (the option ``name``) this machine does not have.
 
     Raises:
         ValueError: ``cuda`` / ``cuda:N`` without CUDA or without that GPU.
@@ -561,9 +589,9 @@ def check_device(device: str) -> None:
     if not device.startswith("cuda"):
         return
     if not torch.cuda.is_available():
-        raise ValueError(f"train.device must be a device this machine has (auto or cpu: CUDA is not available), "
+        raise ValueError(f"{name} must be a device this machine has (auto or cpu: CUDA is not available), "
                          f"got {device!r}")
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
-        raise ValueError(f"train.device must be a GPU this machine has (cuda:0 to cuda:"
+        raise ValueError(f"{name} must be a GPU this machine has (cuda:0 to cuda:"
                          f"{torch.cuda.device_count() - 1}), got {device!r}")

@@ -58,6 +58,8 @@ def _one_error_line(err: str) -> str:
     ("agent.alpha=0.1", "unknown key 'agent.alpha' for algo 'ddpg'; valid agent keys: action_l2, actor_lr"),
     ("env.vectorization=threads", "env.vectorization must be one of ['sync', 'async'], got 'threads' (str)"),
     ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    ("train=5", "train must be a mapping of train.* keys, got '5' (int)"),
+    ("log.wandb=offline", "log.wandb must be a mapping of log.wandb.* keys, got 'offline' (str)"),
 ])
 def test_bad_override_is_one_line_naming_key_expected_and_got(tmp_path, capsys, override, expect):
     code, err = _run(capsys, ["fetch_reach_ddpg", override, f"log.run_dir={tmp_path / 'run'}"])
@@ -105,6 +107,34 @@ def test_cuda_device_without_cuda_is_one_line(tmp_path, capsys, monkeypatch):
     line = _one_error_line(err)
     assert "train.device must be a device this machine has" in line and "got 'cuda'" in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_replay_too_large_for_memory_is_one_line(tmp_path, capsys, monkeypatch):
+    import her_agents.train
+
+    def no_memory(*args, **kwargs):  # what numpy raises for replay.capacity=1000000000000
+        raise MemoryError("Unable to allocate 89.1 TiB for an array with shape (1000000000000, 25)")
+
+    monkeypatch.setattr(her_agents.train, "build_replay", no_memory)
+    code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}", *TINY])
+    assert code == 2
+    line = _one_error_line(err)
+    assert "out of memory (Unable to allocate 89.1 TiB" in line and "lower replay.capacity (now 3000)" in line, line
+
+
+@pytest.mark.parametrize("device, expect", [
+    ("tpu", "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+    ("cuda", "--device must be a device this machine has (auto or cpu: CUDA is not available), got 'cuda'"),
+])
+def test_her_eval_bad_device_is_one_line(finished_run, capsys, monkeypatch, device, expect):
+    from her_agents.cli import eval_main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        eval_main([str(finished_run), "--device", device])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and expect in err.strip().splitlines()[-1], err
 
 
 def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
