@@ -31,8 +31,11 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         path = path / "metrics.csv"
     if not path.is_file():
         raise FileNotFoundError(f"no metrics.csv at {path}")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"{path} is not a metrics CSV ({exc})") from None
     if not rows:
         raise ValueError(f"{path} has no rows (no evaluation finished yet?)")
     try:
@@ -100,18 +103,23 @@ def _at(r: dict[str, np.ndarray], step: float, metric: str) -> float:
     return float(r[metric][np.flatnonzero(r["env_steps"] <= step)[-1]])
 
 
+def _steps_label(v: float) -> str:
+    """Env steps as ``1M``, ``200k``, ``1.5k`` or ``500`` (never rounded to another step count)."""
+    return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v >= 1000 else f"{v:g}"
+
+
 def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: tuple[float, ...] = (0.5, 0.9),
                   metric: str = "eval/success_rate") -> str:
     """A markdown table, one row per run and one mean row per group of several: env steps to reach each of
     ``levels`` (first evaluation at or above it; "-" if never), ``metric`` at the env steps ``at``, the run's
     last env steps and its wall time (minutes)."""
     def fmt_steps(v: float) -> str:
-        return "-" if np.isnan(v) else f"{v / 1e3:.0f}k"
+        return "-" if np.isnan(v) else _steps_label(v)
 
     def fmt(v: float) -> str:
         return "-" if np.isnan(v) else f"{v:.2f}"
 
-    head = (["run"] + [f"to {lv:g}" for lv in levels] + [f"at {a / 1e3:.0f}k" for a in at]
+    head = (["run"] + [f"to {lv:g}" for lv in levels] + [f"at {_steps_label(a)}" for a in at]
             + ["env steps", "wall min"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, dirs in groups.items():

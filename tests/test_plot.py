@@ -91,13 +91,17 @@ def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
     ("metric", "no column 'eval/nope'"),
     ("nothing", "no run directories given"),
     ("label_first", "no run directories before it"),
+    ("binary", "binary/metrics.csv is not a metrics CSV ('utf-8' codec can't decode"),
 ])
 def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expect):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "metrics.csv").write_text(",".join(FIELDS) + "\n")
+    (tmp_path / "binary").mkdir()
+    (tmp_path / "binary" / "metrics.csv").write_bytes(b"env_steps,wall_time\n\xff\xfe\x00garbage\n")
     argv = {"empty": [str(runs[0]), str(empty)], "metric": [str(runs[0]), "--metric", "eval/nope"],
-            "nothing": ["--out", str(tmp_path / "x.png")], "label_first": ["--label", "A", str(runs[0])]}[case]
+            "nothing": ["--out", str(tmp_path / "x.png")], "label_first": ["--label", "A", str(runs[0])],
+            "binary": [str(runs[0]), str(tmp_path / "binary")]}[case]
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--out", str(tmp_path / "x.png")])
     assert exc.value.code == 2
@@ -109,7 +113,7 @@ def test_her_plot_table_gives_steps_to_each_level_and_success_at_given_steps(run
     assert main([str(runs[0]), str(runs[1]), "--label", "A", str(runs[2]), "--label", "B",
                  "--table", "2000", "3500"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "| run | to 0.5 | to 0.9 | at 2k | at 4k | env steps | wall min |"
+    assert lines[0] == "| run | to 0.5 | to 0.9 | at 2k | at 3.5k | env steps | wall min |"
     rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ")[1:] for ln in lines[2:]}
     # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k, 40 s; at 3.5k the last evaluation at or before it (3k) counts
     assert rows["a-s0"] == ["3k", "4k", "0.40", "0.70", "4k", "1 |"]
