@@ -296,7 +296,8 @@ def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, rela
         ``(sampler, relabeler or None for a goal-free storage, returns)``.
     Raises:
         ValueError: a piece given together with a non-default shorthand of its own, a sampler over another
-            storage, a relabeler for a goal-free storage, bad shorthand values.
+            storage, a relabeler or a non-default relabel shorthand (other than ``n_sampled_goal=0``) for a
+            goal-free storage, bad shorthand values.
     """
     kw = {**_DEFAULTS, **shorthands}
     changed = {k for k in _DEFAULTS if kw[k] is not _DEFAULTS[k] and kw[k] != _DEFAULTS[k]}
@@ -312,6 +313,10 @@ def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, rela
         raise ValueError("the sampler must be built over the same storage")
     if relabeler is None:
         relabeler = make_relabeler(kw["strategy"], kw["n_sampled_goal"], kw["other_desired_fraction"])
+        asked = sorted(changed.intersection(("strategy", "n_sampled_goal", "other_desired_fraction")))
+        if not storage.has_goals and asked and kw["n_sampled_goal"] != 0:
+            raise ValueError(f"{', '.join(asked)} relabel goals, but this storage was built without goal_shape "
+                             "(a goal-free storage samples its transitions as stored)")
         if not storage.has_goals:
             relabeler = None
     elif not storage.has_goals:

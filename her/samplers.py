@@ -107,12 +107,16 @@ class UniformSampler:
 def _check_slots_and_td_errors(slots: np.ndarray, td_error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(slots int64 [B], |td_error| float64 [B])``; ValueError for non-integer slots, lengths that differ, or a
     NaN or infinite TD error."""
-    slots = np.asarray(slots).reshape(-1)
+    slots = np.asarray(slots)
+    if slots.ndim != 1:
+        raise ValueError(f"slots must be a 1-D array [B] (a batch's `index`), got shape {slots.shape}")
     if slots.dtype.kind not in "iu":
         raise ValueError(f"slots must be integers (a batch's `index`), got dtype {slots.dtype}")
-    delta = np.abs(np.asarray(td_error, np.float64).reshape(-1))
-    if delta.shape != slots.shape:
-        raise ValueError(f"td_error has {delta.shape[0]} values for {slots.shape[0]} slots")
+    delta = np.asarray(td_error, np.float64)
+    if delta.shape not in ((slots.shape[0],), (slots.shape[0], 1)):
+        raise ValueError(f"td_error must have shape [B] or [B, 1] with B = {slots.shape[0]} slots, got shape "
+                         f"{delta.shape}")
+    delta = np.abs(delta.reshape(-1))
     if delta.size and not np.isfinite(delta.max()):  # NaN propagates through the max: one check for NaN and inf
         raise ValueError(f"TD errors must be finite, got {delta[~np.isfinite(delta)][:5].tolist()}")
     return slots.astype(np.int64, copy=False), delta

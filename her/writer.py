@@ -156,6 +156,11 @@ class EpisodeWriter:
         check("reward", reward, (n,))
         check("terminated", terminated, (n,))
         check("truncated", truncated, (n,))
+        for name, flags in (("terminated", terminated), ("truncated", truncated)):
+            flags = np.asarray(flags)
+            if flags.dtype != np.bool_ and not (flags.dtype.kind in "iuf" and ((flags == 0) | (flags == 1)).all()):
+                raise ValueError(f"{name} must be a bool array (or 0/1 numbers), got {flags.tolist()[:5]} "
+                                 f"(dtype {flags.dtype})")
         if st.info_shapes:
             missing = set(st.info_shapes) - set(info or {})
             if missing:

@@ -109,3 +109,10 @@ def test_a_relabeler_for_a_goal_free_storage_is_refused():
     with pytest.raises(ValueError, match="a relabeler needs a goal storage"):
         her.HerReplayBuffer(storage, relabeler=OppositeGoal())
     assert her.HerReplayBuffer(storage).relabeler is None
+    # asking for relabeling by its shorthands is refused too (HER would silently be off), except k = 0
+    with pytest.raises(ValueError, match="n_sampled_goal, strategy relabel goals, but this storage was built "
+                                         "without goal_shape"):
+        her.HerReplayBuffer(storage, strategy="episode", n_sampled_goal=7)
+    with pytest.raises(ValueError, match="other_desired_fraction relabel goals"):
+        her.HerReplayBuffer(storage, other_desired_fraction=0.2)
+    assert her.HerReplayBuffer(storage, n_sampled_goal=0).relabeler is None

@@ -206,8 +206,12 @@ def test_invalid_priorities_are_refused_with_a_clear_error(bad):
     if not bad < 0:
         with pytest.raises(ValueError, match="TD errors must be finite, got"):
             sampler.update_priorities(slots, [0.1, bad, 0.2])
-    with pytest.raises(ValueError, match="td_error has 2 values for 3 slots"):
+    with pytest.raises(ValueError, match=r"td_error must have shape \[B\] or \[B, 1\] with B = 3 slots, got shape \(2,\)"):
         sampler.update_priorities(slots, [0.1, 0.2])
+    with pytest.raises(ValueError, match=r"with B = 3 slots, got shape \(3, 3\)"):  # not flattened into 9 values
+        sampler.update_priorities(slots, np.ones((3, 3)))
+    with pytest.raises(ValueError, match=r"slots must be a 1-D array \[B\] \(a batch's `index`\), got shape \(3, 1\)"):
+        sampler.update_priorities(np.asarray(slots)[:, None], [0.1, 0.2, 0.3])
     with pytest.raises(IndexError, match=r"must be in \[0, 10\)"):
         tree.update(np.array([10]), np.array([1.0]))
     with pytest.raises(IndexError, match=r"slots must be in \[0, "):
@@ -497,7 +501,7 @@ def test_update_priorities_checks_its_arguments_with_either_sampler(prioritized)
     sampler = her.PrioritizedSampler(storage) if prioritized else None
     buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, seed=0)
     b = buf.sample(4)
-    with pytest.raises(ValueError, match="td_error has 3 values for 4 slots"):
+    with pytest.raises(ValueError, match=r"with B = 4 slots, got shape \(3,\)"):
         buf.update_priorities(b.index, np.ones(3))
     with pytest.raises(ValueError, match="TD errors must be finite"):
         buf.update_priorities(b.index, np.array([1.0, np.nan, 1.0, 1.0]))

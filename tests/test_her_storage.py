@@ -261,6 +261,23 @@ def test_add_wrong_shape_names_expected_and_given_shape(path, bad, expected, got
     assert storage.in_progress_lengths() == [0, 0]
 
 
+@pytest.mark.parametrize("key, bad", [
+    ("terminated", np.array([0.5, 0.0])),
+    ("terminated", np.array([2, 0])),
+    ("truncated", np.array(["yes", "no"])),
+])
+def test_add_refuses_flags_that_are_not_bools_or_0_1(key, bad):
+    storage = make_tag_storage(20, n_envs=2)
+    kw = _step_arrays()
+    kw[key] = bad
+    with pytest.raises(ValueError, match=f"{key} must be a bool array \\(or 0/1 numbers\\), got"):
+        storage.add(**kw)
+    assert storage.in_progress_lengths() == [0, 0]
+    kw[key] = np.array([1.0, 0.0])  # 0/1 numbers (e.g. SB3's float dones) are flags
+    storage.add(**kw)
+    assert storage.in_progress_lengths() == [0, 1]
+
+
 def test_add_refuses_non_dict_observations_and_missing_info_keys():
     storage = make_tag_storage(20, n_envs=2)
     kw = _step_arrays()
