@@ -18,7 +18,7 @@ from ._util import filled
 from .relabel import Relabeler, make_relabeler
 from .returns import Returns, RewardFn, SuccessFn, make_returns
 from .samplers import Sampler, UniformSampler
-from .storage import EpisodeStorage
+from .storage import EpisodeStorage, check_is_storage
 
 __all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "check_compute_reward", "resolve_pieces"]
 
@@ -153,11 +153,11 @@ class HerReplayBuffer:
         stop_at_success: end the n-step window at the first step whose next state achieves the goal (Yang et
             al. 2021, "Bias-reduced multi-step hindsight experience replay"); needs ``compute_success``.
         compute_success: vectorized success function (see ``SuccessFn``).
-        seed: seed of the buffer's numpy Generator.
+        seed: seed (an integer >= 0, or None) of the buffer's numpy Generator.
 
     Raises:
-        ValueError / TypeError: inconsistent arguments, a piece and its shorthand both given, a
-            non-vectorized compute_reward.
+        ValueError / TypeError: ``storage`` not an ``EpisodeStorage``, a bad ``seed``, inconsistent arguments, a
+            piece and its shorthand both given, a non-vectorized compute_reward.
     """
 
     def __init__(
@@ -177,6 +177,9 @@ class HerReplayBuffer:
         compute_success: SuccessFn | None = None,
         seed: int | None = None,
     ) -> None:
+        check_is_storage(storage)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
         self.storage = storage
         self.sampler, self.relabeler, self.returns = resolve_pieces(
             storage, sampler, relabeler, returns, strategy=strategy, n_sampled_goal=n_sampled_goal,

@@ -15,7 +15,7 @@ import numpy as np
 from typing import Protocol, runtime_checkable
 
 from ._util import filled
-from .storage import EpisodeStorage
+from .storage import EpisodeStorage, check_is_storage
 from .trees import SumTree
 
 __all__ = ["PrioritizedSampler", "Sampler", "UniformSampler"]
@@ -52,6 +52,7 @@ class UniformSampler:
     prioritized = False
 
     def __init__(self, storage: EpisodeStorage) -> None:
+        check_is_storage(storage)
         self.storage = storage
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -165,6 +166,10 @@ class PrioritizedSampler:
         rank_resort_interval: int = 100,
         branching: int = 16,
     ) -> None:
+        check_is_storage(storage)
+        if int(beta_annealing_steps) != beta_annealing_steps or beta_annealing_steps < 0:
+            raise ValueError(f"beta_annealing_steps must be an integer >= 0 (0: no annealing), got "
+                             f"{beta_annealing_steps!r}")
         if not 0 <= alpha < math.inf:  # NaN fails too
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
         if not 0 <= beta0 <= 1:

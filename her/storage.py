@@ -455,6 +455,14 @@ class EpisodeStorage:
         return arrays
 
 
+def check_is_storage(storage: Any, name: str = "storage") -> None:
+    """Raises:
+        TypeError: ``storage`` is not an :class:`EpisodeStorage`."""
+    if not isinstance(storage, EpisodeStorage):
+        raise TypeError(f"{name} must be an her.EpisodeStorage (e.g. her.storage_from_env(env, capacity)), got "
+                        f"{type(storage).__name__}")
+
+
 def storage_from_env(env: Any, capacity: int, n_envs: int = 1, **kwargs: Any) -> EpisodeStorage:
     """Build an ``EpisodeStorage`` from a gymnasium (goal) env's spaces, without importing gymnasium.
 
@@ -464,8 +472,12 @@ def storage_from_env(env: Any, capacity: int, n_envs: int = 1, **kwargs: Any) ->
     ``env.num_envs``).
 
     Raises:
+        TypeError: ``env`` has no observation and action spaces.
         ValueError: a Dict space without the three goal-env keys.
     """
+    if not hasattr(env, "observation_space") or not hasattr(env, "action_space"):
+        raise TypeError(f"env must be a gymnasium env or vector env (with observation_space and action_space), "
+                        f"got {type(env).__name__}")
     obs_space = getattr(env, "single_observation_space", None) or env.observation_space
     act_space = getattr(env, "single_action_space", None) or env.action_space
     if hasattr(env, "num_envs") and n_envs == 1:

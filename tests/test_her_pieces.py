@@ -116,3 +116,20 @@ def test_a_relabeler_for_a_goal_free_storage_is_refused():
     with pytest.raises(ValueError, match="other_desired_fraction relabel goals"):
         her.HerReplayBuffer(storage, other_desired_fraction=0.2)
     assert her.HerReplayBuffer(storage, n_sampled_goal=0).relabeler is None
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda s: her.HerReplayBuffer("x", tag_reward), TypeError,
+     "storage must be an her.EpisodeStorage .*got str"),
+    (lambda s: her.PrioritizedSampler(None), TypeError, "storage must be an her.EpisodeStorage .*got NoneType"),
+    (lambda s: her.UniformSampler([]), TypeError, "storage must be an her.EpisodeStorage .*got list"),
+    (lambda s: her.storage_from_env(None, 100), TypeError, "env must be a gymnasium env or vector env"),
+    (lambda s: her.HerReplayBuffer(s, tag_reward, seed=-1), ValueError, "seed must be an integer >= 0 or None, got -1"),
+    (lambda s: her.HerReplayBuffer(s, tag_reward, seed="x"), ValueError, "seed must be an integer >= 0 or None"),
+    (lambda s: her.PrioritizedSampler(s, beta_annealing_steps=-1), ValueError,
+     "beta_annealing_steps must be an integer >= 0"),
+])
+def test_wrong_objects_and_seeds_are_refused_naming_the_argument(make, error, match):
+    storage, _, _ = _storage()
+    with pytest.raises(error, match=match):
+        make(storage)
