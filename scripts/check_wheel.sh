@@ -11,9 +11,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Build from a copy of the sources: setuptools' build/ cache in the checkout could hold files no longer there.
-mkdir "$tmp/src" && cp -r pyproject.toml README.md her agents envs configs "$tmp/src/"
+mkdir "$tmp/src" && cp -r pyproject.toml README.md LICENSE her agents envs configs "$tmp/src/"
 find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
 "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$tmp/dist" "$tmp/src"
+"$python" -c 'import sys, zipfile; sys.exit(not any(n.endswith("dist-info/licenses/LICENSE") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$tmp"/dist/*.whl \
+  || { echo "check_wheel: the wheel lacks LICENSE"; exit 1; }
 "$python" -m venv --without-pip "$tmp/venv"
 "$python" -m pip --python "$tmp/venv/bin/python" install -q --no-deps "$tmp"/dist/*.whl
 site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
