@@ -150,10 +150,9 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(f"--episodes and --video-episodes must be >= 1, got {args.episodes} and {args.video_episodes}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
-    from her_agents.config import check_device, check_device_name
+    from her_agents.config import check_device
 
     try:
-        check_device_name(args.device, "--device")
         check_device(args.device, "--device")
     except ValueError as exc:
         parser.error(str(exc))

@@ -573,18 +573,19 @@ def check_device_name(device: Any, name: str) -> None:
     Raises:
         ValueError: one line naming ``name`` (e.g. ``device``, ``--device``).
     """
-    require(device in DEVICES or re.fullmatch(r"cuda:\d+", str(device)) is not None, name,
+    require(str(device) in DEVICES or re.fullmatch(r"cuda:\d+", str(device)) is not None, name,
             "auto, cpu, cuda or cuda:N", device)
 
 
 def check_device(device: str, name: str = "train.device") -> None:
-    """Refuse a device (the option ``name``) this machine does not have.
+    """Refuse a device (the option ``name``) that is not a device name or that this machine does not have.
 
     Raises:
-        ValueError: ``cuda`` / ``cuda:N`` without CUDA or without that GPU.
+        ValueError: as :func:`check_device_name`; ``cuda`` / ``cuda:N`` without CUDA or without that GPU.
     """
     import torch
 
+    check_device_name(device, name)
     device = str(device)
     if not device.startswith("cuda"):
         return
