@@ -196,7 +196,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     ev = evaluate(agent, env, args.episodes)
     env.close()
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "
-          f"success rate {ev['success_rate']:.3f} over {args.episodes} episodes, "
+          f"success rate {ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
           f"mean final distance {ev['final_distance']:.4f}")
     if args.video:
         from her_agents.video import record_episodes, write_video

@@ -97,7 +97,9 @@ def _make_dir(run_dir: Path, exist_ok: bool = True) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=exist_ok)
     except FileExistsError:
-        raise
+        if not exist_ok:  # a timestamped name taken: the caller tries the next one
+            raise
+        raise ValueError(f"log.run_dir: {run_dir} exists and is not a directory") from None
     except OSError as exc:
         raise ValueError(f"log.run_dir: cannot create {run_dir} ({exc.strerror or exc})") from None
 

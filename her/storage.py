@@ -45,7 +45,16 @@ def _shape(x: Any, name: str = "shape") -> tuple[int, ...]:
     return dims
 
 
+def _real_float32(x: Any, name: str) -> np.ndarray:
+    """``x`` as float32; complex input is refused (numpy would drop the imaginary part with only a warning)."""
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} must be real numbers, got a complex array (dtype {np.asarray(x).dtype})")
+    return np.asarray(x, np.float32)
+
+
 def _positive_int(v: Any, name: str) -> int:
+    if isinstance(v, (bool, np.bool_)):  # operator.index(True) is 1: a flag passed where a size belongs
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
     try:
         n = operator.index(v)
     except TypeError:
@@ -241,10 +250,10 @@ class EpisodeStorage:
             (start slot, T) of the stored episode.
 
         Raises:
-            ValueError: wrong shapes, NaN/inf values, T < 1, T > capacity, missing goals or info keys.
+            ValueError: wrong shapes, NaN/inf or complex values, T < 1, T > capacity, missing goals or info keys.
             TypeError: ``terminated`` is not a bool.
         """
-        obs = np.asarray(observation, np.float32)
+        obs = _real_float32(observation, "observation")
         T = obs.shape[0] - 1 if obs.ndim >= 1 else -1
         if T < 1:
             raise ValueError(f"an episode needs at least 2 states (1 transition), got observation shape {obs.shape}")
@@ -253,17 +262,17 @@ class EpisodeStorage:
                 f"episode of {T} transitions is longer than the storage capacity {self.capacity}: "
                 "raise `capacity` or shorten episodes"
             )
-        data = {"observation": obs, "action": np.asarray(action, np.float32), "reward": np.asarray(reward, np.float32)}
+        data = {"observation": obs, "action": _real_float32(action, "action"), "reward": _real_float32(reward, "reward")}
         expect = {"observation": (T + 1, *self.observation_shape), "action": (T, *self.action_shape), "reward": (T,)}
         if self.has_goals:
             if achieved_goal is None or desired_goal is None:
                 raise ValueError("this storage keeps goals: add_episode needs achieved_goal and desired_goal")
-            dg = np.asarray(desired_goal, np.float32)
+            dg = _real_float32(desired_goal, "desired_goal")
             if dg.shape == self.goal_shape:
                 dg = np.broadcast_to(dg, (T + 1, *self.goal_shape))
             elif dg.shape == (T, *self.goal_shape):
                 dg = np.concatenate([dg, dg[-1:]])
-            data["achieved_goal"] = np.asarray(achieved_goal, np.float32)
+            data["achieved_goal"] = _real_float32(achieved_goal, "achieved_goal")
             data["desired_goal"] = dg
             expect["achieved_goal"] = expect["desired_goal"] = (T + 1, *self.goal_shape)
         elif achieved_goal is not None or desired_goal is not None:
@@ -273,7 +282,7 @@ class EpisodeStorage:
         if missing:
             raise ValueError(f"info is missing keys {sorted(missing)} (expected keys {sorted(self.info_shapes)})")
         for k, shp in self.info_shapes.items():
-            data["info." + k] = np.asarray(info[k], np.float32)
+            data["info." + k] = _real_float32(info[k], "info." + k)
             expect["info." + k] = (T, *shp)
         for k, arr in data.items():
             if arr.shape != expect[k]:
@@ -364,7 +373,7 @@ class EpisodeStorage:
             (start slot, T) of each episode stored by this call.
 
         Raises:
-            ValueError: wrong shapes, missing keys; NaN/inf is detected when the episode is stored.
+            ValueError: wrong shapes, missing keys, complex values; NaN/inf is detected when the episode is stored.
         """
         return self.writer.add(observation, action, reward, next_observation, terminated, truncated, info)
 

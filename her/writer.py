@@ -64,6 +64,8 @@ def _check_shape(name: str, arr: Any, shape: tuple[int, ...]) -> None:
     got = arr.shape if type(arr) is np.ndarray else np.shape(arr)
     if got != shape:
         raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {got}")
+    if np.iscomplexobj(arr):  # a float32 cast would drop the imaginary part with only a warning
+        raise ValueError(f"{name} must be real numbers, got a complex array (dtype {np.asarray(arr).dtype})")
 
 
 class EpisodeWriter:

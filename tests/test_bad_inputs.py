@@ -98,6 +98,9 @@ def test_unwritable_run_dir_is_one_line(tmp_path, capsys):
     assert code == 2
     line = _one_error_line(err)
     assert f"log.run_dir: cannot create {blocker / 'run'}" in line and "Not a directory" in line, line
+    code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={blocker}", *TINY])
+    assert code == 2
+    assert _one_error_line(err) == f"her-train: error: log.run_dir: {blocker} exists and is not a directory"
 
 
 def test_cuda_device_without_cuda_is_one_line(tmp_path, capsys, monkeypatch):

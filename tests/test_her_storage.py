@@ -327,6 +327,8 @@ def test_a_refused_episode_of_one_env_does_not_corrupt_the_other_envs():
     ({"n_envs": 0}, "n_envs must be a positive integer, got 0"),
     ({"capacity": 1.7}, "capacity must be a positive integer, got 1.7"),
     ({"capacity": float("inf")}, "capacity must be a positive integer, got inf"),
+    ({"capacity": True}, "capacity must be a positive integer, got True"),
+    ({"n_envs": np.True_}, "n_envs must be a positive integer, got "),
     ({"observation_shape": (-1,)}, r"observation_shape must be a tuple of non-negative ints, e.g. \(25,\), got \(-1,\)"),
     ({"observation_shape": 5}, "observation_shape must be a tuple of non-negative ints, e.g. .*, got 5"),
     ({"action_shape": (2.5,)}, "action_shape must be a tuple of non-negative ints"),
@@ -351,6 +353,20 @@ def test_add_episode_terminated_must_be_a_bool_and_add_names_missing_goal_keys()
     del kw["next_observation"]["achieved_goal"]
     with pytest.raises(ValueError, match=r"next_observation dict lacks the keys \['achieved_goal'\]"):
         storage.add(**kw)
+
+
+def test_complex_arrays_are_refused_not_cast():
+    storage = make_tag_storage(20)
+    ep = _episode()
+    with pytest.raises(ValueError, match=r"action must be real numbers, got a complex array \(dtype complex128\)"):
+        storage.add_episode(ep["observation"], ep["action"] + 1j, ep["reward"], achieved_goal=ep["achieved_goal"],
+                            desired_goal=ep["desired_goal"], info=ep["info"], terminated=False)
+    assert len(storage) == 0
+    kw = _step_arrays(1)
+    kw["reward"] = kw["reward"].astype(np.complex64)
+    with pytest.raises(ValueError, match="reward must be real numbers"):
+        storage.add(**kw)
+    assert storage.in_progress_lengths() == [0]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def reach_checkpoint(tmp_path_factory) -> Path:
 
 
 def _check_report(stdout: str, episodes: int) -> None:
-    m = re.search(r"success rate (\d\.\d+) over (\d+) episodes, mean final distance (\d+\.\d+)", stdout)
+    m = re.search(r"success rate (\d\.\d+) over (\d+) episodes?, mean final distance (\d+\.\d+)", stdout)
     assert m, stdout
     assert 0.0 <= float(m.group(1)) <= 1.0 and int(m.group(2)) == episodes and float(m.group(3)) >= 0.0
 
