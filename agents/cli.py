@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = ["eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
 
-DEFAULT_CONFIG = "fetch_push_ddpg"
+DEFAULT_CONFIG = "fetch_push_sac"
 
 
 def run_training(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
