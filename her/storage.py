@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._util import refuse_complex
 from .writer import EpisodeWriter
 
 __all__ = ["EpisodeStorage", "StorageListener", "storage_from_env"]
@@ -47,8 +48,7 @@ def _shape(x: Any, name: str = "shape") -> tuple[int, ...]:
 
 def _real_float32(x: Any, name: str) -> np.ndarray:
     """``x`` as float32; complex input is refused (numpy would drop the imaginary part with only a warning)."""
-    if np.iscomplexobj(x):
-        raise ValueError(f"{name} must be real numbers, got a complex array (dtype {np.asarray(x).dtype})")
+    refuse_complex(x, name)
     return np.asarray(x, np.float32)
 
 

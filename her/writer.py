@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._util import refuse_complex
+
 if TYPE_CHECKING:
     from .storage import EpisodeStorage
 
@@ -61,11 +63,15 @@ class _EnvStage:
 
 
 def _check_shape(name: str, arr: Any, shape: tuple[int, ...]) -> None:
-    got = arr.shape if type(arr) is np.ndarray else np.shape(arr)
+    if type(arr) is np.ndarray:  # the per-step path: two attribute reads, no call
+        got = arr.shape
+        if arr.dtype.kind == "c":
+            refuse_complex(arr, name)
+    else:
+        got = np.shape(arr)
+        refuse_complex(arr, name)
     if got != shape:
         raise ValueError(f"{name}: expected shape {shape} ([n_envs, ...]), got {got}")
-    if np.iscomplexobj(arr):  # a float32 cast would drop the imaginary part with only a warning
-        raise ValueError(f"{name} must be real numbers, got a complex array (dtype {np.asarray(arr).dtype})")
 
 
 class EpisodeWriter:
