@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 import typing
+import warnings
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -139,6 +140,11 @@ class AgentConfig:
     ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
     the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
     and optimizer state stay float32. ``act()`` always runs in float32."""
+    compile: bool = False
+    """Run the loss functions of ``update()`` (critic and actor losses, forward and backward) through
+    ``torch.compile`` (Inductor), which fuses the LayerNorm, activation and bf16-cast kernels between the matmuls.
+    The first updates pay for compilation (about 15-30 s on a CPU; Inductor caches it on disk); on a CPU it needs a
+    C++ compiler. Where compilation fails, one warning says why and the agent runs eagerly. Off by default."""
 
     def __post_init__(self) -> None:
         """Converts each field to its annotated type (``hidden`` and ``q_clip`` become tuples, ints become floats
@@ -269,6 +275,32 @@ def td_target(
         f"terminated {tuple(terminated.shape)}, next_q {tuple(next_q.shape)}"
     )
     return clip_q(reward + discount * (1.0 - terminated) * next_q, q_clip)
+
+
+class CompiledOrEager:
+    """``torch.compile(fn)``, falling back to ``fn`` for good when the first call fails to compile (no C++ compiler,
+    an unsupported backend): one ``RuntimeWarning`` names the function and the error. An error that ``fn`` raises
+    eagerly too is raised as usual."""
+
+    def __init__(self, fn, name: str) -> None:
+        self.fn, self.name, self.compiled_ok = fn, name, None
+        self._compiled = torch.compile(fn, dynamic=False)
+
+    def __call__(self, *args, **kwargs):
+        if self.compiled_ok:
+            return self._compiled(*args, **kwargs)
+        if self.compiled_ok is False:
+            return self.fn(*args, **kwargs)
+        try:
+            out = self._compiled(*args, **kwargs)
+        except Exception as exc:  # any compiler failure; fn itself runs below
+            self.compiled_ok = False
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            warnings.warn(f"agent.compile: torch.compile of {self.name} failed, running eagerly "
+                          f"({type(exc).__name__}: {first})", RuntimeWarning, stacklevel=2)
+            return self.fn(*args, **kwargs)
+        self.compiled_ok = True
+        return out
 
 
 def freeze(params: nn.Module | Iterable[torch.Tensor], frozen: bool) -> None:
@@ -417,7 +449,7 @@ class GoalConditionedAgentBase:
         return stats
 
     #: per-instance caches of parameter views and lists: rebuilt on demand, never pickled or deep-copied
-    _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists")
+    _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists", "_compiled_fns")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}
@@ -451,6 +483,28 @@ class GoalConditionedAgentBase:
                 action = action.copy() if not action.flags.writeable else action
                 action[rows] = self.rng.uniform(-1.0, 1.0, size=(int(rows.sum()), self.action_dim))
         return action.astype(np.float32, copy=False)
+
+    def loss_fn(self, name: str):
+        """The bound method ``name`` (one of the agent's loss functions, called from ``update()``), wrapped in
+        ``torch.compile`` when ``config.compile`` is set (see :class:`CompiledOrEager`), else as is."""
+        if not self.config.compile:
+            return getattr(self, name)
+        fns = self.__dict__.setdefault("_compiled_fns", {})
+        if name not in fns:
+            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}")
+        return fns[name]
+
+    def _critic_regression(self, b: TensorBatch, state: torch.Tensor, y: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The critics' regression onto the TD target ``y [B]``: ``(loss, Q [n_critics, B] detached, td_error [B])``
+        with ``loss = sum_i mean_b(weight_b * (Q_i(s_b, a_b) - y_b)^2)`` (the importance-sampling weights of
+        prioritized replay, Schaul et al. 2016, Eq. 1-2, as ``weight``) and ``td_error = mean_i |y - Q_i|``."""
+        with self.autocast():
+            q = self.critic(state, b.action)  # [n_critics, B] float32
+        assert q.shape == (q.shape[0], y.shape[0]) and q.dim() == 2, f"critic output {tuple(q.shape)}, target {tuple(y.shape)}"
+        loss = (b.weight * (q - y).square()).mean(1).sum()
+        q = q.detach()
+        return loss, q, (y - q).abs().mean(0)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the network forward passes in ``update()``: bf16 autocast on the agent's device when

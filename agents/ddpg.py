@@ -65,26 +65,13 @@ class DDPGAgent(GoalConditionedAgentBase):
         b = self.batch_to_tensors(batch)
         state = self.preprocess(b.observation, b.desired_goal)
 
-        # --- critic: y = r + discount * (1 - terminated) * Q'(s', mu'(s')), clipped
-        with torch.no_grad():
-            next_state = self.preprocess(b.next_observation, b.desired_goal)
-            with self.autocast():
-                next_q = self.critic_target(next_state, self.actor_target(next_state))[0]  # [B] float32
-            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        with self.autocast():
-            q = self.critic(state, b.action)  # [1, B] float32
-        assert q.shape == (1, y.shape[0])
-        critic_loss = (b.weight * (q - y).square()).mean()
+        critic_loss, q, td_error = self.loss_fn("_critic_loss")(b, state)
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
 
-        # --- actor: maximize Q(s, mu(s)) with an L2 penalty on the action
         freeze(self.params(self.critic), True)
-        with self.autocast():
-            pi = self.actor(state)
-            q_pi = self.critic(state, pi)
-        actor_loss = -q_pi.mean() + cfg.action_l2 * pi.square().mean()
+        actor_loss = self.loss_fn("_policy_loss")(state)
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()
@@ -93,10 +80,26 @@ class DDPGAgent(GoalConditionedAgentBase):
         self.num_updates += 1
         if cfg.target_update_interval and self.num_updates % cfg.target_update_interval == 0:
             self.update_targets()
-        td_error = (y - q.detach()).abs().mean(0)
-        return self._metrics(
-            {"critic_loss": critic_loss, "actor_loss": actor_loss, "q_mean": q.detach().mean()}, td_error
-        )
+        return self._metrics({"critic_loss": critic_loss, "actor_loss": actor_loss, "q_mean": q.mean()}, td_error)
+
+    def _critic_loss(self, b, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, Q [1, B] detached, td_error [B])`` of the TD step (Lillicrap et al. 2016, Eq. 4-5):
+        ``y = clip(r + discount * (1 - terminated) * Q'(s', mu'(s')))``, loss ``mean(weight * (Q - y)^2)``."""
+        cfg = self.config
+        with torch.no_grad():
+            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            with self.autocast():
+                next_q = self.critic_target(next_state, self.actor_target(next_state))[0]  # [B] float32
+            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        return self._critic_regression(b, state, y)
+
+    def _policy_loss(self, state: torch.Tensor) -> torch.Tensor:
+        """Maximize ``Q(s, mu(s))`` (deterministic policy gradient, Silver et al. 2014) with the action L2 penalty
+        ``action_l2 * mean(mu(s)^2)`` of openai/baselines HER."""
+        with self.autocast():
+            pi = self.actor(state)
+            q_pi = self.critic(state, pi)
+        return -q_pi.mean() + self.config.action_l2 * pi.square().mean()
 
     def _target_pairs(self):
         return [(self.actor_target, self.actor), (self.critic_target, self.critic)]

@@ -112,17 +112,13 @@ class SACAgent(GoalConditionedAgentBase):
         state = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
 
-        critic_loss, reported_critic_loss, q_mean, td_error = self._critic_loss(b, state, alpha)
+        critic_loss, reported_critic_loss, q_mean, td_error = self.loss_fn("_critic_loss")(b, state, alpha)
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
 
-        # --- actor: minimize alpha log pi(a|s) - Q(s, a), a ~ pi (reparameterized)
         freeze(self.params(self.critic), True)
-        with self.autocast():
-            pi, log_prob = self.actor(state)
-            q_pi = self._actor_value(state, pi)
-        actor_loss = (alpha * log_prob - q_pi).mean() + cfg.action_l2 * pi.square().mean()
+        actor_loss, log_prob = self.loss_fn("_policy_loss")(state, alpha)
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()
@@ -162,12 +158,17 @@ class SACAgent(GoalConditionedAgentBase):
                 next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
             next_q = next_q - alpha * next_log_prob
             y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        loss, q, td_error = self._critic_regression(b, state, y)
+        return loss, loss.detach() / cfg.n_critics, q.mean(), td_error
+
+    def _policy_loss(self, state: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, log_prob [B])``: minimize ``alpha log pi(a|s) - V(s, a)`` with ``a ~ pi`` reparameterized
+        (Haarnoja et al. 2018, Eq. 12; ``V`` is :meth:`_actor_value`), plus ``action_l2 * mean(a^2)``."""
         with self.autocast():
-            q = self.critic(state, b.action)  # [n_critics, B] float32
-        assert q.shape == (cfg.n_critics, y.shape[0])
-        loss = (b.weight * (q - y).square()).mean(1).sum()
-        q = q.detach()
-        return loss, loss.detach() / cfg.n_critics, q.mean(), (y - q).abs().mean(0)
+            pi, log_prob = self.actor(state)
+            q_pi = self._actor_value(state, pi)
+        loss = (alpha * log_prob - q_pi).mean() + self.config.action_l2 * pi.square().mean()
+        return loss, log_prob
 
     def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The value the actor maximizes, ``min_i Q_i(s, a)`` ``[B]``."""

@@ -74,7 +74,7 @@ class TD3Agent(GoalConditionedAgentBase):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
-        self._actor_loss = torch.zeros((), device=self.device)  # last actor loss, reported between delays
+        self._last_actor_loss = torch.zeros((), device=self.device)  # last actor loss, reported between delays
 
     def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
         return self.actor(state)
@@ -90,7 +90,39 @@ class TD3Agent(GoalConditionedAgentBase):
         b = self.batch_to_tensors(batch)
         state = self.preprocess(b.observation, b.desired_goal)
 
-        # --- critic: y = r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))), clipped
+        critic_loss, q, td_error = self.loss_fn("_critic_loss")(b, state)
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        self.num_updates += 1
+
+        # --- delayed actor step, then targets
+        if self.num_updates % cfg.policy_delay == 0:
+            freeze(self.params(self.critic), True)
+            actor_loss = self.loss_fn("_policy_loss")(state)
+            self.actor_optim.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optim.step()
+            freeze(self.params(self.critic), False)
+            self._last_actor_loss = actor_loss.detach()
+            interval = cfg.target_update_interval
+            if interval and self.num_updates % (cfg.policy_delay * interval) == 0:
+                self.update_targets()
+
+        return self._metrics(
+            {
+                "critic_loss": critic_loss.detach() / cfg.n_critics,
+                "actor_loss": self._last_actor_loss,
+                "q_mean": q.mean(),
+            },
+            td_error,
+        )
+
+    def _critic_loss(self, b, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, Q [n_critics, B] detached, td_error [B])`` (Fujimoto et al. 2018, Eq. 10 and 15):
+        ``y = clip(r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))))``; the loss is the sum over
+        critics of each critic's ``mean(weight * (Q_i - y)^2)``; ``td_error = |y - Q_i|`` averaged over critics."""
+        cfg = self.config
         with torch.no_grad():
             next_state = self.preprocess(b.next_observation, b.desired_goal)
             with self.autocast():
@@ -99,41 +131,14 @@ class TD3Agent(GoalConditionedAgentBase):
                 )
                 next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
             y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
+        return self._critic_regression(b, state, y)
+
+    def _policy_loss(self, state: torch.Tensor) -> torch.Tensor:
+        """Maximize ``Q_1(s, mu(s))`` with the action L2 penalty ``action_l2 * mean(mu(s)^2)``."""
         with self.autocast():
-            q = self.critic(state, b.action)  # [n_critics, B] float32
-        assert q.shape == (cfg.n_critics, y.shape[0])
-        # sum over critics of each critic's mean(weight * (Q_i - y)^2)
-        critic_loss = (b.weight * (q - y).square()).mean(1).sum()
-        self.critic_optim.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optim.step()
-        self.num_updates += 1
-
-        # --- delayed actor: maximize Q_1(s, mu(s)) with an L2 penalty on the action; then targets
-        if self.num_updates % cfg.policy_delay == 0:
-            freeze(self.params(self.critic), True)
-            with self.autocast():
-                pi = self.actor(state)
-                q_pi = self.critic(state, pi, member=0)
-            actor_loss = -q_pi.mean() + cfg.action_l2 * pi.square().mean()
-            self.actor_optim.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.actor_optim.step()
-            freeze(self.params(self.critic), False)
-            self._actor_loss = actor_loss.detach()
-            interval = cfg.target_update_interval
-            if interval and self.num_updates % (cfg.policy_delay * interval) == 0:
-                self.update_targets()
-
-        td_error = (y - q.detach()).abs().mean(0)
-        return self._metrics(
-            {
-                "critic_loss": critic_loss.detach() / cfg.n_critics,
-                "actor_loss": self._actor_loss,
-                "q_mean": q.detach().mean(),
-            },
-            td_error,
-        )
+            pi = self.actor(state)
+            q_pi = self.critic(state, pi, member=0)
+        return -q_pi.mean() + self.config.action_l2 * pi.square().mean()
 
     def _target_pairs(self):
         return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
@@ -142,13 +147,13 @@ class TD3Agent(GoalConditionedAgentBase):
         """The base state plus ``last_actor_loss``: updates between delayed actor steps report it, so a resumed
         run's metrics continue as the uninterrupted run's."""
         state = super().state_dict()
-        state["last_actor_loss"] = self._actor_loss.detach().cpu().clone()
+        state["last_actor_loss"] = self._last_actor_loss.detach().cpu().clone()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         if "last_actor_loss" in state:
-            self._actor_loss = torch.as_tensor(state["last_actor_loss"]).to(self.device)
+            self._last_actor_loss = torch.as_tensor(state["last_actor_loss"]).to(self.device)
 
     def _checkpoint_items(self):
         return {

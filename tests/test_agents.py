@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -475,6 +476,71 @@ def test_agent_protocol_networks_optimizers_and_policy_state(algo):
     actor.load_policy_state_dict(policy)
     np.testing.assert_array_equal(actor.act(batch.observation, batch.desired_goal, deterministic=True),
                                   agent.act(batch.observation, batch.desired_goal, deterministic=True))
+
+
+def test_compiled_update_matches_eager_and_keeps_checkpoint_keys():
+    """agent.compile (DDPG, no sampling noise in the update): the same initial weights give the same losses, TD
+    errors and weights after two updates as eager, and the state dict has the eager agent's keys."""
+    batch = make_batch(32)
+    agents, metrics = {}, {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        agent = make_agent("ddpg", OBS, GOAL, ACT, compile=compiled, layer_norm=True, **SMALL)
+        agent.update_normalizer(batch.observation, batch.desired_goal)
+        metrics[compiled] = [agent.update(batch) for _ in range(2)]
+        agents[compiled] = agent
+    assert agents[True].loss_fn("_critic_loss").compiled_ok is True
+    assert agents[True].loss_fn("_policy_loss").compiled_ok is True
+    for eager, comp in zip(metrics[False], metrics[True]):
+        assert comp["critic_loss"] == pytest.approx(eager["critic_loss"], rel=1e-4, abs=1e-6)
+        assert comp["actor_loss"] == pytest.approx(eager["actor_loss"], rel=1e-4, abs=1e-6)
+        np.testing.assert_allclose(comp["td_error"], eager["td_error"], rtol=1e-4, atol=1e-5)
+    assert agents[True].state_dict().keys() == agents[False].state_dict().keys()
+    for name, net in agents[True].networks().items():
+        ref = agents[False].networks()[name].state_dict()
+        assert net.state_dict().keys() == ref.keys()
+        for k, t in net.state_dict().items():
+            torch.testing.assert_close(t, ref[k], rtol=1e-4, atol=1e-5)
+    pickle.dumps(agents[True])  # the compiled functions are a cache, left out of pickles
+
+
+def test_compiled_sac_learns_a_fixed_target_in_bf16():
+    torch.manual_seed(0)
+    agent = make_agent("sac", OBS, GOAL, ACT, compile=True, precision="bf16", layer_norm=True, critic_lr=3e-3,
+                       **SMALL)
+    batch = make_batch(64, terminated=True)  # y = r: a fixed regression target
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    first = agent.update(batch)
+    for _ in range(200):
+        last = agent.update(batch)
+    assert agent.loss_fn("_critic_loss").compiled_ok and agent.loss_fn("_policy_loss").compiled_ok
+    assert last["critic_loss"] < 0.1 * first["critic_loss"]
+    assert np.isfinite(last["actor_loss"]) and last["td_error"].dtype == np.float32
+
+
+def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
+    def failing_compile(fn, **kwargs):
+        def run(*args, **kw):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nsecond line")
+        return run
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    batch = make_batch(16)
+    torch.manual_seed(0)
+    agent = make_agent("ddpg", OBS, GOAL, ACT, compile=True, **SMALL)
+    with pytest.warns(RuntimeWarning) as record:
+        first = agent.update(batch)
+    assert [str(w.message) for w in record] == [
+        f"agent.compile: torch.compile of DDPGAgent.{name} failed, running eagerly "
+        "(RuntimeError: InvalidCxxCompiler: No working C++ compiler found)" for name in ("_critic_loss", "_policy_loss")
+    ]
+    torch.manual_seed(0)
+    eager = make_agent("ddpg", OBS, GOAL, ACT, **SMALL)
+    assert first["critic_loss"] == eager.update(batch)["critic_loss"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent.update(batch)  # warned once per function, then eager for good
+    assert agent.loss_fn("_critic_loss").compiled_ok is False
 
 
 def test_td3_checkpoint_keeps_the_actor_loss_reported_between_delayed_steps():
