@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import shutil
 import warnings
 from types import SimpleNamespace
 
@@ -478,6 +479,11 @@ def test_agent_protocol_networks_optimizers_and_policy_state(algo):
                                   agent.act(batch.observation, batch.desired_goal, deterministic=True))
 
 
+NEEDS_CXX = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                               reason="torch.compile on a CPU needs a C++ compiler (none on PATH)")
+
+
+@NEEDS_CXX
 def test_compiled_update_matches_eager_and_keeps_checkpoint_keys():
     """agent.compile (DDPG, no sampling noise in the update): the same initial weights give the same losses, TD
     errors and weights after two updates as eager, and the state dict has the eager agent's keys."""
@@ -504,6 +510,7 @@ def test_compiled_update_matches_eager_and_keeps_checkpoint_keys():
     pickle.dumps(agents[True])  # the compiled functions are a cache, left out of pickles
 
 
+@NEEDS_CXX
 def test_compiled_sac_learns_a_fixed_target_in_bf16():
     torch.manual_seed(0)
     agent = make_agent("sac", OBS, GOAL, ACT, compile=True, precision="bf16", layer_norm=True, critic_lr=3e-3,
