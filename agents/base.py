@@ -144,7 +144,8 @@ class AgentConfig:
     """Run the loss functions of ``update()`` (critic and actor losses, forward and backward) through
     ``torch.compile`` (Inductor), which fuses the LayerNorm, activation and bf16-cast kernels between the matmuls.
     The first updates pay for compilation (about 15-30 s on a CPU; Inductor caches it on disk); on a CPU it needs a
-    C++ compiler. Where compilation fails, one warning says why and the agent runs eagerly. Off by default."""
+    C++ compiler. Where compilation fails, one warning says why and the agent runs eagerly. Off by default; the
+    Push, PickAndPlace and Slide configs set it."""
 
     def __post_init__(self) -> None:
         """Converts each field to its annotated type (``hidden`` and ``q_clip`` become tuples, ints become floats
@@ -279,24 +280,26 @@ def td_target(
 
 class CompiledOrEager:
     """``torch.compile(fn)``, falling back to ``fn`` for good when the first call fails to compile (no C++ compiler,
-    an unsupported backend): one ``RuntimeWarning`` names the function and the error. An error that ``fn`` raises
-    eagerly too is raised as usual."""
+    an unsupported backend). The functions of one agent share ``failed`` (a one-item list): the first failure warns
+    once (a ``RuntimeWarning`` naming the function and the error) and the others then run eagerly without trying.
+    An error that ``fn`` raises eagerly too is raised as usual."""
 
-    def __init__(self, fn, name: str) -> None:
-        self.fn, self.name, self.compiled_ok = fn, name, None
+    def __init__(self, fn, name: str, failed: list[bool]) -> None:
+        self.fn, self.name, self.failed, self.compiled_ok = fn, name, failed, None
         self._compiled = torch.compile(fn, dynamic=False)
 
     def __call__(self, *args, **kwargs):
         if self.compiled_ok:
             return self._compiled(*args, **kwargs)
-        if self.compiled_ok is False:
+        if self.compiled_ok is False or self.failed[0]:
+            self.compiled_ok = False
             return self.fn(*args, **kwargs)
         try:
             out = self._compiled(*args, **kwargs)
         except Exception as exc:  # any compiler failure; fn itself runs below
-            self.compiled_ok = False
+            self.compiled_ok, self.failed[0] = False, True
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            warnings.warn(f"agent.compile: torch.compile of {self.name} failed, running eagerly "
+            warnings.warn(f"agent.compile: torch.compile of {self.name} failed, the update runs eagerly "
                           f"({type(exc).__name__}: {first})", RuntimeWarning, stacklevel=2)
             return self.fn(*args, **kwargs)
         self.compiled_ok = True
@@ -489,9 +492,9 @@ class GoalConditionedAgentBase:
         ``torch.compile`` when ``config.compile`` is set (see :class:`CompiledOrEager`), else as is."""
         if not self.config.compile:
             return getattr(self, name)
-        fns = self.__dict__.setdefault("_compiled_fns", {})
+        fns = self.__dict__.setdefault("_compiled_fns", {"failed": [False]})
         if name not in fns:
-            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}")
+            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}", fns["failed"])
         return fns[name]
 
     def _critic_regression(self, b: TensorBatch, state: torch.Tensor, y: torch.Tensor

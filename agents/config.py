@@ -33,6 +33,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from her_agents.fields import (
     AT_LEAST_ONE,
+    FINITE_NON_NEGATIVE,
     NON_NEGATIVE,
     POSITIVE,
     check_ranges,
@@ -129,7 +130,7 @@ class TrainConfig:
     learning_starts: int = 1_000
     """Env steps before the first update (>= 0; there must also be one complete episode stored)."""
     updates_per_step: float = 0.4
-    """Gradient updates per env step (>= 0; baselines HER: 40 updates per 100 steps)."""
+    """Gradient updates per env step (a finite number >= 0; baselines HER: 40 updates per 100 steps)."""
     update_every: int = 1
     """Do the updates in blocks every this many env steps (>= 1; 50 = once per Fetch episode, baselines'
     cycles)."""
@@ -160,7 +161,7 @@ class TrainConfig:
         check_types(self)
         check_ranges(self, {
             "total_env_steps": AT_LEAST_ONE, "warmup_steps": NON_NEGATIVE, "learning_starts": NON_NEGATIVE,
-            "updates_per_step": NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
+            "updates_per_step": FINITE_NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
             "eval_every": AT_LEAST_ONE, "eval_episodes": AT_LEAST_ONE,
             "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
         })

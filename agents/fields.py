@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-__all__ = ["AT_LEAST_ONE", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
+__all__ = ["AT_LEAST_ONE", "FINITE_NON_NEGATIVE", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
            "convert", "describe_type", "require"]
 
 Range = tuple[Callable[[Any], bool], str]
@@ -26,6 +27,7 @@ POSITIVE: Range = (lambda v: v > 0, "> 0")
 NON_NEGATIVE: Range = (lambda v: v >= 0, ">= 0")
 AT_LEAST_ONE: Range = (lambda v: v >= 1, ">= 1")
 UNIT_INTERVAL: Range = (lambda v: 0 <= v <= 1, "in [0, 1]")
+FINITE_NON_NEGATIVE: Range = (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 _FAIL = object()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 import gymnasium as gym
 import numpy as np
 import torch
+from tqdm import tqdm
 from omegaconf import DictConfig, OmegaConf
 
 import her
@@ -457,6 +459,20 @@ def save_training_state(run_dir: Path, cfg: DictConfig, state: TrainingState, ho
 # ---------------------------------------------------------------------------------------------------------
 
 
+
+def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]],
+                     compile_note: bool) -> None:
+    """:func:`learn_step` for a process's first update: with ``compile_note`` (``agent.compile``), one line first
+    says that the loss functions are being compiled (the update seems to hang for that long otherwise); the
+    warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
+    if compile_note:
+        tqdm.write("agent.compile: compiling the update's loss functions (the first update takes about 15-40 s)")
+    with warnings.catch_warnings(record=True) as caught:  # the filters stay: only what would be shown is written
+        learn_step(agent, replay, batch_size, metrics)
+    for w in caught:
+        tqdm.write(f"{w.category.__name__}: {w.message}")
+
+
 def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
           hooks: LoopHooks | None = None) -> TrainResult:
     """Train ``cfg.algo`` with HER on ``cfg.env.id`` in this process.
@@ -541,7 +557,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
     # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
     obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.storage.discard_in_progress()
-    status, crash = "crashed", None
+    status, crash, first_update = "crashed", None, True
     try:
         while counters["env_steps"] < t_cfg.total_env_steps:
             if hooks.should_stop(stop.signum is not None, counters["env_steps"]):
@@ -562,7 +578,12 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
                 hooks.before_updates(schedule)
                 n_updates = schedule.take()
                 for _ in range(n_updates):
-                    learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
+                    if first_update:
+                        first_update = False
+                        first_learn_step(agent, replay, t_cfg.batch_size, metrics_acc,
+                                         bool(cfg.agent.get("compile", False)) and hooks.is_main)
+                    else:
+                        learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
                 counters["updates"] += n_updates
             progress.update(n_envs)
 

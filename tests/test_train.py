@@ -121,6 +121,22 @@ def _small_cfg(tmp_path: Path, *extra: str):
         "log.wandb.mode=disabled", "replay.capacity=2000", *extra])
 
 
+def test_compile_is_announced_and_a_failed_compile_is_one_line_that_training_survives(tmp_path, monkeypatch, capsys):
+    def failing_compile(fn, **kwargs):
+        def run(*args, **kw):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+        return run
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    result = train(_small_cfg(tmp_path / "run", "algo=sac", "agent.compile=true"))
+    out = capsys.readouterr().out.splitlines()
+    assert "agent.compile: compiling the update's loss functions (the first update takes about 15-40 s)" in out
+    failed = [line for line in out if "torch.compile" in line and "failed" in line]
+    assert failed == ["RuntimeWarning: agent.compile: torch.compile of SACAgent._critic_loss failed, the update runs "
+                      "eagerly (RuntimeError: InvalidCxxCompiler: No working C++ compiler found)"]
+    assert result.history[-1]["updates"] > 0 and result.env_steps == 300
+
+
 def test_same_seed_runs_store_identical_buffers(tmp_path):
     files = []
     for i in range(2):
