@@ -143,7 +143,7 @@ class AgentConfig:
     compile: bool = False
     """Run the loss functions of ``update()`` (critic and actor losses, forward and backward) through
     ``torch.compile`` (Inductor), which fuses the LayerNorm, activation and bf16-cast kernels between the matmuls.
-    The first updates pay for compilation (about 15-30 s on a CPU; Inductor caches it on disk); on a CPU it needs a
+    The first update pays for compilation (15-40 s on a CPU; Inductor caches it on disk); on a CPU it needs a
     C++ compiler. Where compilation fails, one warning says why and the agent runs eagerly. Off by default; the
     Push, PickAndPlace and Slide configs set it."""
 
@@ -452,7 +452,8 @@ class GoalConditionedAgentBase:
         return stats
 
     #: per-instance caches of parameter views and lists: rebuilt on demand, never pickled or deep-copied
-    _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists", "_compiled_fns")
+    _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists", "_compiled_fns",
+               "_compile_failed")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}
@@ -492,9 +493,10 @@ class GoalConditionedAgentBase:
         ``torch.compile`` when ``config.compile`` is set (see :class:`CompiledOrEager`), else as is."""
         if not self.config.compile:
             return getattr(self, name)
-        fns = self.__dict__.setdefault("_compiled_fns", {"failed": [False]})
+        fns = self.__dict__.setdefault("_compiled_fns", {})
         if name not in fns:
-            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}", fns["failed"])
+            failed = self.__dict__.setdefault("_compile_failed", [False])  # shared by this agent's functions
+            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}", failed)
         return fns[name]
 
     def _critic_regression(self, b: TensorBatch, state: torch.Tensor, y: torch.Tensor
@@ -504,7 +506,7 @@ class GoalConditionedAgentBase:
         prioritized replay, Schaul et al. 2016, Eq. 1-2, as ``weight``) and ``td_error = mean_i |y - Q_i|``."""
         with self.autocast():
             q = self.critic(state, b.action)  # [n_critics, B] float32
-        assert q.shape == (q.shape[0], y.shape[0]) and q.dim() == 2, f"critic output {tuple(q.shape)}, target {tuple(y.shape)}"
+        assert q.dim() == 2 and q.shape[1] == y.shape[0], f"critic output {tuple(q.shape)}, target {tuple(y.shape)}"
         loss = (b.weight * (q - y).square()).mean(1).sum()
         q = q.detach()
         return loss, q, (y - q).abs().mean(0)
