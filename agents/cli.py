@@ -146,8 +146,9 @@ def eval_parser() -> argparse.ArgumentParser:
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)
-    if args.episodes < 1 or args.video_episodes < 1:
-        parser.error(f"--episodes and --video-episodes must be >= 1, got {args.episodes} and {args.video_episodes}")
+    for flag, value in (("--episodes", args.episodes), ("--video-episodes", args.video_episodes)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     from her_agents.config import check_device

@@ -33,7 +33,6 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from her_agents.fields import (
     AT_LEAST_ONE,
-    FINITE_NON_NEGATIVE,
     NON_NEGATIVE,
     POSITIVE,
     check_ranges,
@@ -161,7 +160,7 @@ class TrainConfig:
         check_types(self)
         check_ranges(self, {
             "total_env_steps": AT_LEAST_ONE, "warmup_steps": NON_NEGATIVE, "learning_starts": NON_NEGATIVE,
-            "updates_per_step": FINITE_NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
+            "updates_per_step": NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
             "eval_every": AT_LEAST_ONE, "eval_episodes": AT_LEAST_ONE,
             "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
         })

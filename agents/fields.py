@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-__all__ = ["AT_LEAST_ONE", "FINITE_NON_NEGATIVE", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
+__all__ = ["AT_LEAST_ONE", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
            "convert", "describe_type", "require"]
 
 Range = tuple[Callable[[Any], bool], str]
@@ -27,7 +27,6 @@ POSITIVE: Range = (lambda v: v > 0, "> 0")
 NON_NEGATIVE: Range = (lambda v: v >= 0, ">= 0")
 AT_LEAST_ONE: Range = (lambda v: v >= 1, ">= 1")
 UNIT_INTERVAL: Range = (lambda v: 0 <= v <= 1, "in [0, 1]")
-FINITE_NON_NEGATIVE: Range = (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 _FAIL = object()
 
@@ -72,7 +71,7 @@ def check_types(obj: Any) -> None:
 
 
 def convert(value: Any, hint: Any, name: str) -> Any:
-    """``value`` as the type ``hint``: ``int`` (not a bool), ``float`` (an int becomes a float), ``bool``, ``str``,
+    """``value`` as the type ``hint``: ``int`` (not a bool), ``float`` (finite; an int becomes a float), ``bool``, ``str``,
     ``Literal[...]`` (one of its values), ``X | None``, ``list[X]``, ``tuple[X, ...]`` and ``tuple[X, Y]`` (from a
     list or tuple, element by element), a dataclass (an instance of it), ``dict``/``Any`` (as is).
 
@@ -114,8 +113,9 @@ def _convert(value: Any, hint: Any) -> Any:
         return value if isinstance(value, bool) else _FAIL
     if hint is int:
         return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _FAIL
-    if hint is float:
-        return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else _FAIL
+    if hint is float:  # inf/nan in a config is a typo or an overflow, never a setting
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+        return float(value) if ok else _FAIL
     if hint is str:
         return value if isinstance(value, str) else _FAIL
     if isinstance(hint, type):
@@ -124,7 +124,7 @@ def _convert(value: Any, hint: Any) -> Any:
 
 
 def describe_type(hint: Any) -> str:
-    """In words: ``int`` -> "an integer", ``float | None`` -> "a number or null", ``tuple[int, ...]`` -> "a list
+    """In words: ``int`` -> "an integer", ``float | None`` -> "a finite number or null", ``tuple[int, ...]`` -> "a list
     of integers", ``tuple[float, float]`` -> "a list of 2 numbers", ``Literal["a", "b"]`` -> "one of ['a', 'b']"."""
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
@@ -138,8 +138,8 @@ def describe_type(hint: Any) -> str:
         inner = [a for a in args if a is not Ellipsis]
         of = describe_type(inner[0]) if inner else "values"
         n = f"{len(inner)} " if origin is tuple and Ellipsis not in args and len(inner) > 1 else ""
-        plural = {"an integer": "integers", "a number": "numbers", "a string": "strings", "true or false": "booleans"}
+        plural = {"an integer": "integers", "a finite number": "finite numbers", "a string": "strings", "true or false": "booleans"}
         return f"a list of {n}{plural.get(of, of)}"
     if origin is dict or hint is dict:
         return "a mapping"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
+    return {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}.get(hint, str(hint))

@@ -38,7 +38,7 @@ def _one_error_line(err: str) -> str:
 
 @pytest.mark.parametrize("override, expect", [
     ("train.total_env_steps=1e5", "train.total_env_steps must be an integer, got '1e5' (float)"),
-    ("agent.actor_lr=fast", "agent.actor_lr must be a number, got 'fast' (str)"),
+    ("agent.actor_lr=fast", "agent.actor_lr must be a finite number, got 'fast' (str)"),
     ("agent.hidden=64", "agent.hidden must be a list of integers, got 64 (int)"),
     ("agent.hidden=[]", "agent.hidden must be a non-empty list of positive integers"),
     ("env.eval_envs=0", "env.eval_envs must be >= 1, got 0"),
@@ -125,16 +125,18 @@ def test_replay_too_large_for_memory_is_one_line(tmp_path, capsys, monkeypatch):
     assert "out of memory (Unable to allocate 89.1 TiB" in line and "lower replay.capacity (now 3000)" in line, line
 
 
-@pytest.mark.parametrize("device, expect", [
-    ("tpu", "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
-    ("cuda", "--device must be a device this machine has (auto or cpu: CUDA is not available), got 'cuda'"),
+@pytest.mark.parametrize("args, expect", [
+    (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+    (["--device", "cuda"], "--device must be a device this machine has (auto or cpu: CUDA is not available), got 'cuda'"),
+    (["--episodes", "0"], "her-eval: error: --episodes must be >= 1, got 0"),
+    (["--video-episodes", "-2"], "her-eval: error: --video-episodes must be >= 1, got -2"),
 ])
-def test_her_eval_bad_device_is_one_line(finished_run, capsys, monkeypatch, device, expect):
+def test_her_eval_bad_argument_is_one_line(finished_run, capsys, monkeypatch, args, expect):
     from her_agents.cli import eval_main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as exc:
-        eval_main([str(finished_run), "--device", device])
+        eval_main([str(finished_run), *args])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and expect in err.strip().splitlines()[-1], err
