@@ -35,6 +35,7 @@ from her_agents.fields import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
     POSITIVE,
+    UNIT_INTERVAL,
     check_ranges,
     check_types,
     describe_type,
@@ -70,12 +71,18 @@ class EnvConfig:
     """"sync" (one process) or "async" (a subprocess per env)."""
     eval_envs: int = 10
     """Parallel envs used for evaluation episodes (>= 1)."""
+    grasped_start: float = 0.0
+    """Share (in [0, 1]) of the training episodes that start with the object held in the gripper, as the HER paper
+    did for pick-and-place (``her_envs.GraspedStart``); FetchPickAndPlace only. Evaluation episodes never do."""
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: a value of the wrong type or choice, fewer than 1 env."""
+            ValueError: a value of the wrong type or choice, fewer than 1 env, a grasped start outside
+            FetchPickAndPlace."""
         check_types(self)
-        check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE})
+        check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE, "grasped_start": UNIT_INTERVAL})
+        require(not self.grasped_start or self.id.startswith("FetchPickAndPlace"), "grasped_start",
+                f"0 for {self.id} (it needs an object to hold: FetchPickAndPlace)", self.grasped_start)
 
 
 @dataclass

@@ -526,7 +526,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
     run_dir, refusal = hooks.share((lock.run_dir if lock else None, refusal))
     if refusal is not None:
         raise refusal
-    env = make_vector_env(env_id, n_envs, cfg.env.vectorization, seed=t_cfg.seed)
+    env = make_vector_env(env_id, n_envs, cfg.env.vectorization, seed=t_cfg.seed, grasped_start=cfg.env.grasped_start)
     cleanup.callback(env.close)
     eval_env = make_vector_env(env_id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
     cleanup.callback(eval_env.close)

@@ -452,14 +452,20 @@ def _reward_range(unwrapped: Any, compute_reward: RewardFn, ag: np.ndarray, dg: 
 
 
 def make_vector_env(
-    env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None
+    env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None, grasped_start: float = 0.0
 ) -> gym.vector.VectorEnv:
     """``n_envs`` copies of ``env_id`` in gymnasium's Sync/AsyncVectorEnv with SAME_STEP autoreset.
 
     The env is validated once in this process first (clear errors before any worker starts). With
     ``seed``, sub-env ``i`` is reset with ``seed + i`` and the action spaces are seeded with ``seed``.
     Use :func:`split_autoreset` on each step's output to get the real next observations. Each sub-env is
-    wrapped in :class:`EpisodeStartRNG`.
+    wrapped in :class:`EpisodeStartRNG`, and in :class:`GraspedStart` with ``grasped_start`` > 0 (the share of
+    episodes that start with the object in the gripper; for training envs only).
+
+    Raises:
+        TypeError: ``n_envs`` is not an int, or the env's spaces do not fit (:func:`make_env`).
+        ValueError: ``n_envs`` < 1, an unknown ``vectorization`` or env id, or a ``grasped_start`` the env cannot
+            do (:class:`GraspedStart`).
     """
     if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)):
         raise TypeError(f"n_envs must be an int >= 1, got {type(n_envs).__name__}: {n_envs!r}")
@@ -469,7 +475,9 @@ def make_vector_env(
     if vectorization not in classes:
         raise ValueError(f"vectorization must be one of {sorted(classes)}, got {vectorization!r}")
     goal_env_spec(env_id)  # validates id, spaces and reward here, not inside a worker
-    fns = [functools.partial(_vector_sub_env, env_id) for _ in range(int(n_envs))]
+    if grasped_start:
+        GraspedStart(make_env(env_id), grasped_start).close()  # its errors here, not inside a worker
+    fns = [functools.partial(_vector_sub_env, env_id, grasped_start) for _ in range(int(n_envs))]
     venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     if seed is not None:
         venv.reset(seed=seed)
@@ -497,8 +505,60 @@ class EpisodeStartRNG(gym.Wrapper):
         return self.env.reset(seed=seed, options=options)
 
 
-def _vector_sub_env(env_id: str) -> gym.Env:
-    return EpisodeStartRNG(make_env(env_id))
+class GraspedStart(gym.Wrapper):
+    """Start a share of the episodes with the object already held in the gripper (Andrychowicz et al. 2017,
+    Hindsight Experience Replay, Sec. 4.1: for pick-and-place, "to make exploration in this task easier we recorded
+    a single state in which the box is grasped and start half of the training episodes from this state").
+
+    After the env's own reset (which draws the goal and the object's place on the table), with probability
+    ``probability`` (drawn from the env's ``np_random``, so seeded runs repeat and a resumed run redoes it), the
+    object is put between the open fingers at the gripper's start position, 10 simulator frames close the
+    fingers on it with the arm held still, and the observation is read again. Those frames are not env steps:
+    the episode keeps all its steps. Meant for training envs only; evaluate on the plain env.
+
+    For gymnasium-robotics MuJoCo Fetch envs with an object and an unlocked gripper (FetchPickAndPlace).
+
+    Raises:
+        ValueError: ``probability`` outside [0, 1], or an env without an object or with a locked gripper.
+    """
+
+    _FINGERS = ("robot0:l_gripper_finger_joint", "robot0:r_gripper_finger_joint")
+    _SETTLE_FRAMES = 10  # simulator frames of n_substeps each: enough for the fingers to close on the box
+
+    def __init__(self, env: gym.Env, probability: float = 0.5) -> None:
+        super().__init__(env)
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"grasped start probability must be in [0, 1], got {probability!r}")
+        u = env.unwrapped
+        if not (_is_fetch(u) and getattr(u, "has_object", False) and not getattr(u, "block_gripper", True)):
+            raise ValueError(f"a grasped start needs a MuJoCo Fetch env with an object and an unlocked gripper "
+                             f"(FetchPickAndPlace), got {_env_name(env)}")
+        self.probability = float(probability)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        u = self.env.unwrapped
+        if not u.np_random.random() < self.probability:
+            return obs, info
+        utils, model, data = u._utils, u.model, u.data
+        box = utils.get_joint_qpos(model, data, "object0:joint").copy()
+        box[:3] = utils.get_site_xpos(model, data, "robot0:grip")
+        box[3:] = (1.0, 0.0, 0.0, 0.0)
+        utils.set_joint_qpos(model, data, "object0:joint", box)
+        utils.set_joint_qvel(model, data, "object0:joint", np.zeros(6))
+        for joint in self._FINGERS:  # open wider than the 5 cm box, so it does not start inside a finger
+            utils.set_joint_qpos(model, data, joint, 0.03)
+        u._mujoco.mj_forward(model, data)
+        utils.ctrl_set_action(model, data, np.array([0.0, 0.0, 0.0, -1.0]))  # close
+        for _ in range(self._SETTLE_FRAMES):
+            utils.mocap_set_action(model, data, np.zeros(7))  # hold the arm where it is
+            u._mujoco.mj_step(model, data, nstep=u.n_substeps)
+        return {k: np.array(v, copy=True) for k, v in u._get_obs().items()}, info
+
+
+def _vector_sub_env(env_id: str, grasped_start: float = 0.0) -> gym.Env:
+    env = make_env(env_id)
+    return EpisodeStartRNG(GraspedStart(env, grasped_start) if grasped_start > 0 else env)
 
 
 def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:

@@ -80,6 +80,9 @@ def test_algo_override_retypes_the_agent_section():
     ("agent.action_l2=-1", "agent.action_l2 must be >= 0, got -1.0"),
     ("agent.n_threads=2", "agent.n_threads is set by the training loop: use train.torch_threads"),
     ("algo=ppo", "unknown algo 'ppo'; valid algos: ['ddpg', 'sac', 'td3', 'tqc']"),
+    ("env.grasped_start=0.5", "env.grasped_start must be 0 for FetchReach-v4 (it needs an object to hold: "
+                              "FetchPickAndPlace), got 0.5"),
+    ("env.grasped_start=2", "env.grasped_start must be in [0, 1], got 2.0"),
     ("env.vectorization=threads", "env.vectorization must be one of ['sync', 'async'], got 'threads'"),
     ("log.wandb.mode=online2", "log.wandb.mode must be one of ['auto', 'online', 'offline', 'disabled']"),
     ("dist.mode=ps", "dist.mode must be one of ['data_parallel', 'actor_learner'], got 'ps'"),

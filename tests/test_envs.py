@@ -16,6 +16,7 @@ import pytest
 
 from her_envs import (
     FETCH_TASKS,
+    GraspedStart,
     ThresholdReward,
     goal_env_spec,
     make_env,
@@ -389,3 +390,59 @@ def test_restored_episode_start_rngs_redo_the_resets_of_the_current_episodes(vec
         set_vector_rng_states(other, now[:1])
     for e in (venv, fresh, other):
         e.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grasped start (HER paper, Sec. 4.1, pick-and-place)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_grasped_start_holds_the_box_and_keeps_every_step():
+    env = GraspedStart(make_env("FetchPickAndPlace-v4"), probability=1.0)
+    obs, _ = env.reset(seed=3)
+    grip, box, fingers = obs["observation"][:3], obs["achieved_goal"], obs["observation"][9:11]
+    assert np.linalg.norm(box - grip) < 0.02, (box, grip)
+    assert box[2] > env.unwrapped.height_offset + 0.05  # in the air, held
+    assert np.all(fingers < 0.03) and np.all(fingers > 0.02)  # closed on the 5 cm box, not shut
+    heights, steps, truncated = [], 0, False
+    while not truncated:
+        obs, _, _, truncated, _ = env.step(np.array([0.0, 0.0, 1.0, -1.0], np.float32))  # up, fingers closed
+        heights.append(obs["achieved_goal"][2])
+        steps += 1
+    assert steps == env.spec.max_episode_steps  # the closing frames were not env steps
+    assert heights[4] > box[2] + 0.03  # the box goes up with the gripper
+    env.close()
+
+
+def test_grasped_start_probability_zero_is_the_plain_env_and_one_half_repeats_with_the_seed():
+    plain, never = make_env("FetchPickAndPlace-v4"), GraspedStart(make_env("FetchPickAndPlace-v4"), 0.0)
+    for a, b in zip(plain.reset(seed=5)[0].values(), never.reset(seed=5)[0].values(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    def held(env, seed):
+        obs = env.reset(seed=seed)[0]
+        out = [np.linalg.norm(obs["achieved_goal"] - obs["observation"][:3]) < 0.02]
+        out += [np.linalg.norm((o := env.reset()[0])["achieved_goal"] - o["observation"][:3]) < 0.02
+                for _ in range(19)]
+        return out
+
+    half = [GraspedStart(make_env("FetchPickAndPlace-v4"), 0.5) for _ in range(2)]
+    first = held(half[0], 7)
+    assert first == held(half[1], 7)
+    assert 0 < sum(first) < len(first)
+    for env in (plain, never, *half):
+        env.close()
+
+
+@pytest.mark.parametrize("env_id", ["FetchPush-v4", "FetchReach-v4"])
+def test_grasped_start_is_refused_without_an_object_to_hold(env_id):
+    with pytest.raises(ValueError, match=f"a grasped start needs a MuJoCo Fetch env with an object and an "
+                                         f"unlocked gripper \\(FetchPickAndPlace\\), got {env_id}"):
+        make_vector_env(env_id, 1, grasped_start=0.5)
+
+
+def test_vector_env_with_grasped_start_starts_some_episodes_held():
+    venv = make_vector_env("FetchPickAndPlace-v4", 2, seed=0, grasped_start=1.0)
+    obs, _ = venv.reset(seed=0)
+    assert np.all(np.linalg.norm(obs["achieved_goal"] - obs["observation"][:, :3], axis=1) < 0.02)
+    venv.close()
