@@ -151,6 +151,27 @@ def test_same_seed_runs_store_identical_buffers(tmp_path):
         assert int(a["storage/scalars"][2]) == 300  # all 6 episodes of 50 steps stored
 
 
+def test_grasped_start_shapes_training_episodes_only(tmp_path, monkeypatch):
+    import her_agents.train
+
+    built = []
+    real = her_agents.train.make_vector_env
+
+    def recording(*args, **kwargs):
+        built.append(kwargs.get("grasped_start", 0.0))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(her_agents.train, "make_vector_env", recording)
+    train(_small_cfg(tmp_path / "run", "env.id=FetchPickAndPlace-v4", "env.grasped_start=1.0", "log.save_replay=true"))
+    assert built == [1.0, 0.0]  # the training envs, then the evaluation envs
+    with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:
+        n = int(z["storage/scalars"][2])  # transitions stored (the arrays have the replay's capacity)
+        first = z["storage/field.step"][:n] == 0
+        box = z["storage/field.achieved_goal"][:n][first]
+        grip = z["storage/field.observation"][:n][first][:, :3]
+    assert len(box) == 6 and np.all(np.linalg.norm(box - grip, axis=1) < 0.02)  # every episode began held
+
+
 def test_fetch_never_terminates_and_sampled_done_is_zero(tmp_path):
     cfg = _small_cfg(tmp_path)
     spec = goal_env_spec("FetchReach-v4")
