@@ -1,0 +1,60 @@
+"""FetchPickAndPlace: eval success of a checkpoint split by where the goal is (on the table or in the air).
+
+    python scripts/pnp_success_by_goal_height.py RUN_DIR/checkpoint.pt [--episodes 100] [--seed 1000]
+
+Deterministic policy, plain env resets (no grasped start), episode ``i`` reset with ``seed + i``. A goal counts as
+"in the air" when it is more than 1 cm above the box's start height; the env puts half of its goals there. Prints
+the success rate of each group and the share of air-goal episodes in which the box was lifted more than 2 cm,
+which tells a policy that pushes (table goals only) from one that picks.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from her_agents.checkpoint import load_checkpoint
+from her_agents.registry import make_agent
+from her_envs import goal_env_spec, make_env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    state = load_checkpoint(args.checkpoint)
+    cfg = state["config"]
+    if not cfg["env"]["id"].startswith("FetchPickAndPlace"):
+        parser.error(f"{args.checkpoint} is a {cfg['env']['id']} run, not FetchPickAndPlace")
+    spec = goal_env_spec(cfg["env"]["id"])
+    agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim, device="cpu",
+                       **{**cfg["agent"], "compile": False})
+    agent.load_state_dict(state["agent"])
+    env = make_env(cfg["env"]["id"])
+    air, success, lifted = [], [], []
+    for i in range(args.episodes):
+        obs, _ = env.reset(seed=args.seed + i)
+        start_z, goal_z, top = obs["achieved_goal"][2], obs["desired_goal"][2], -np.inf
+        truncated = terminated = False
+        while not (terminated or truncated):
+            action = agent.act(obs["observation"][None], obs["desired_goal"][None], deterministic=True)[0]
+            obs, _, terminated, truncated, info = env.step(action)
+            top = max(top, obs["achieved_goal"][2])
+        air.append(goal_z - start_z > 0.01)
+        success.append(bool(info["is_success"]))
+        lifted.append(top - start_z > 0.02)
+    env.close()
+    air, success, lifted = map(np.array, (air, success, lifted))
+    print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps, {args.episodes} episodes: "
+          f"success {success.mean():.2f}; table goals {success[~air].mean():.2f} ({(~air).sum()}), "
+          f"air goals {success[air].mean():.2f} ({air.sum()}); box lifted > 2 cm in "
+          f"{lifted[air].mean():.2f} of the air-goal episodes")
+
+
+if __name__ == "__main__":
+    main()
