@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from her_agents.fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, check_ranges, check_types
+from her_agents.fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
 from her_agents.normalizer import RunningNormalizer
 
 Precision = Literal["fp32", "bf16"]
@@ -119,7 +119,7 @@ class AgentConfig:
     """Polyak-update the targets every this many updates (>= 0; TD3: every ``policy_delay * interval``). 0 disables
     automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
     cycle of 40 updates)."""
-    q_clip: tuple[float, float] | None = (-50.0, 0.0)
+    q_clip: tuple[Bound, Bound] | None = (-50.0, 0.0)
     """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite): ``[-1/(1-gamma), 0]`` for
     -1/0 rewards (gamma 0.98 -> -50). None disables. The training loop, when ``agent.q_clip`` is not configured, sets it from
     the env's reward range (:func:`q_clip_for_env`); this default is for agents built directly."""

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-__all__ = ["AT_LEAST_ONE", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
+__all__ = ["AT_LEAST_ONE", "Bound", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
            "convert", "describe_type", "require"]
 
 Range = tuple[Callable[[Any], bool], str]
@@ -27,6 +27,10 @@ POSITIVE: Range = (lambda v: v > 0, "> 0")
 NON_NEGATIVE: Range = (lambda v: v >= 0, ">= 0")
 AT_LEAST_ONE: Range = (lambda v: v >= 1, ">= 1")
 UNIT_INTERVAL: Range = (lambda v: 0 <= v <= 1, "in [0, 1]")
+
+Bound = typing.NewType("Bound", float)
+"""A float field that may be infinite (a clip bound: ``-inf`` means none on that side); NaN is refused. Plain
+``float`` fields must be finite."""
 
 _FAIL = object()
 
@@ -113,6 +117,9 @@ def _convert(value: Any, hint: Any) -> Any:
         return value if isinstance(value, bool) else _FAIL
     if hint is int:
         return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _FAIL
+    if hint is Bound:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+        return float(value) if ok else _FAIL
     if hint is float:  # inf/nan in a config is a typo or an overflow, never a setting
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
         return float(value) if ok else _FAIL
@@ -138,8 +145,8 @@ def describe_type(hint: Any) -> str:
         inner = [a for a in args if a is not Ellipsis]
         of = describe_type(inner[0]) if inner else "values"
         n = f"{len(inner)} " if origin is tuple and Ellipsis not in args and len(inner) > 1 else ""
-        plural = {"an integer": "integers", "a finite number": "finite numbers", "a string": "strings", "true or false": "booleans"}
+        plural = {"an integer": "integers", "a finite number": "finite numbers", "a number": "numbers", "a string": "strings", "true or false": "booleans"}
         return f"a list of {n}{plural.get(of, of)}"
     if origin is dict or hint is dict:
         return "a mapping"
-    return {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}.get(hint, str(hint))
+    return {int: "an integer", float: "a finite number", Bound: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))

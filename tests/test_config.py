@@ -76,7 +76,7 @@ def test_algo_override_retypes_the_agent_section():
     ("agent.hidden=[64,6.5]", "agent.hidden must be a list of integers, got [64, 6.5] (list)"),
     ("agent.n_critics=2", "unknown key 'agent.n_critics' for algo 'ddpg'"),
     ("agent.q_clip=[0,-1]", "agent.q_clip must be null or [low, high] with low <= high, got [0.0, -1.0]"),
-    ("agent.q_clip=[1,2,3]", "agent.q_clip must be a list of 2 finite numbers or null, got [1, 2, 3] (list)"),
+    ("agent.q_clip=[1,2,3]", "agent.q_clip must be a list of 2 numbers or null, got [1, 2, 3] (list)"),
     ("agent.action_l2=-1", "agent.action_l2 must be >= 0, got -1.0"),
     ("agent.n_threads=2", "agent.n_threads is set by the training loop: use train.torch_threads"),
     ("algo=ppo", "unknown algo 'ppo'; valid algos: ['ddpg', 'sac', 'td3', 'tqc']"),
@@ -93,6 +93,7 @@ def test_algo_override_retypes_the_agent_section():
     ("train.updates_per_step=nan", "train.updates_per_step must be a finite number, got nan (float)"),
     ("agent.actor_lr=inf", "agent.actor_lr must be a finite number, got 'inf' (str)"),
     ("agent.polyak=.nan", "agent.polyak must be a finite number, got nan (float)"),
+    ("agent.q_clip=[.nan,0]", "agent.q_clip must be a list of 2 numbers or null, got [nan, 0] (list)"),
     ("dist.timeout_s=inf", "dist.timeout_s must be a finite number, got inf (float)"),
     ("log.wandb.init_timeout_s=inf", "log.wandb.init_timeout_s must be a finite number, got inf (float)"),
     ("agent.compile=maybe", "agent.compile must be true or false, got 'maybe' (str)"),
@@ -191,3 +192,11 @@ def test_make_agent_takes_the_typed_config():
         make_agent("td3", 4, 2, 2, config=agent_config(cfg), hidden=(8,))
     with pytest.raises(TypeError, match="must be a TD3Config, got DDPGConfig"):
         make_agent("td3", 4, 2, 2, config=DDPGConfig())
+
+
+def test_q_clip_may_be_open_on_one_side_while_plain_numbers_must_be_finite():
+    from her_agents.ddpg import DDPGConfig
+
+    assert DDPGConfig(q_clip=[float("-inf"), 0]).q_clip == (float("-inf"), 0.0)  # gamma 1: no lower bound
+    with pytest.raises(ValueError, match="actor_lr must be a finite number, got inf"):
+        DDPGConfig(actor_lr=float("inf"))
