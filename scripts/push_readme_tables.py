@@ -1,4 +1,7 @@
-"""Print the README's FetchPush per-seed table: eval success of each results/push_default_s* run at every 10k."""
+"""Print a README per-seed table: eval success of each results/GLOB run (default push_default_s*) at every evaluation.
+
+    python scripts/push_readme_tables.py 'pnp_sac_grasp_s?'
+"""
 
 import sys
 from pathlib import Path
