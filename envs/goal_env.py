@@ -538,7 +538,8 @@ class GraspedStart(gym.Wrapper):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
         u = self.env.unwrapped
-        if not u.np_random.random() < self.probability:
+        p = self.probability  # no draw at 0 or 1: the env's RNG stream stays the plain env's
+        if not (p >= 1.0 or (p > 0.0 and u.np_random.random() < p)):
             return obs, info
         utils, model, data = u._utils, u.model, u.data
         box = utils.get_joint_qpos(model, data, "object0:joint").copy()

@@ -416,8 +416,10 @@ def test_grasped_start_holds_the_box_and_keeps_every_step():
 
 def test_grasped_start_probability_zero_is_the_plain_env_and_one_half_repeats_with_the_seed():
     plain, never = make_env("FetchPickAndPlace-v4"), GraspedStart(make_env("FetchPickAndPlace-v4"), 0.0)
-    for a, b in zip(plain.reset(seed=5)[0].values(), never.reset(seed=5)[0].values(), strict=True):
-        np.testing.assert_array_equal(a, b)
+    for first in (True, False, False):  # later resets too: a probability of 0 draws nothing from the env's RNG
+        kwargs = {"seed": 5} if first else {}
+        for a, b in zip(plain.reset(**kwargs)[0].values(), never.reset(**kwargs)[0].values(), strict=True):
+            np.testing.assert_array_equal(a, b)
 
     def held(env, seed):
         obs = env.reset(seed=seed)[0]
