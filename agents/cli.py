@@ -171,9 +171,9 @@ def eval_main(argv: list[str] | None = None) -> int:
     import torch
 
     from her_agents.checkpoint import load_checkpoint
-    from her_agents.registry import make_agent
+    from her_agents.registry import agent_from_checkpoint
     from her_agents.train import evaluate
-    from her_envs import goal_env_spec, make_vector_env
+    from her_envs import make_vector_env
 
     try:
         state = load_checkpoint(args.checkpoint)
@@ -181,18 +181,13 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     except Exception as exc:
         parser.error(f"{args.checkpoint} is not a readable her-robotics checkpoint ({type(exc).__name__}: {exc})")
-    if not isinstance(state, dict) or not {"config", "agent", "counters"} <= set(state):
-        parser.error(f"{args.checkpoint} is not a her-robotics checkpoint (expected keys config, agent, counters)")
     cfg = state["config"]
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
     try:
-        spec = goal_env_spec(cfg["env"]["id"])
+        agent = agent_from_checkpoint(state, device=args.device)
     except RuntimeError as exc:  # e.g. MuJoCo's own GL set-up at import
         print(f"her-eval: error: cannot build {cfg['env']['id']}: {exc}", file=sys.stderr)
         return 2
-    agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim,
-                       device=args.device, **cfg["agent"])
-    agent.load_state_dict(state["agent"])
     env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
     ev = evaluate(agent, env, args.episodes)
     env.close()

@@ -82,3 +82,26 @@ def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: 
     elif not isinstance(config, config_cls):
         raise TypeError(f"config of {algo!r} must be a {config_cls.__name__}, got {type(config).__name__}")
     return agent_cls(obs_dim, goal_dim, action_dim, config, **agent_kw)
+
+
+def agent_from_checkpoint(state: dict[str, Any], device: str = "cpu", **overrides: Any) -> GoalConditionedAgentBase:
+    """The agent a checkpoint holds: built from its config's ``algo`` and ``agent`` section for its env's spaces,
+    then loaded with its weights and normalizers.
+
+    Args:
+        state: a checkpoint as :func:`her_agents.checkpoint.load_checkpoint` returns it.
+        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+        overrides: agent config fields replaced before the agent is built (e.g. ``compile=False`` for a short
+            evaluation that would not pay back the compilation).
+
+    Raises:
+        ValueError: as :func:`make_agent`, for an override it refuses.
+    """
+    from her_envs import goal_env_spec  # agents may import envs; kept local so the registry stays light
+
+    cfg = state["config"]
+    spec = goal_env_spec(cfg["env"]["id"])
+    agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim, device=device,
+                       **{**cfg["agent"], **overrides})
+    agent.load_state_dict(state["agent"])
+    return agent

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from her_agents.checkpoint import load_checkpoint
-from her_agents.registry import make_agent
-from her_envs import goal_env_spec, make_env
+from her_agents.registry import agent_from_checkpoint
+from her_envs import make_env
 
 
 def main() -> None:
@@ -31,10 +31,7 @@ def main() -> None:
     cfg = state["config"]
     if not cfg["env"]["id"].startswith("FetchPickAndPlace"):
         parser.error(f"{args.checkpoint} is a {cfg['env']['id']} run, not FetchPickAndPlace")
-    spec = goal_env_spec(cfg["env"]["id"])
-    agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim, device="cpu",
-                       **{**cfg["agent"], "compile": False})
-    agent.load_state_dict(state["agent"])
+    agent = agent_from_checkpoint(state, compile=False)
     env = make_env(cfg["env"]["id"])
     air, success, lifted = [], [], []
     for i in range(args.episodes):

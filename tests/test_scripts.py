@@ -1,0 +1,43 @@
+"""The analysis scripts' pure parts: ``scripts/slide_failure_modes.py`` sorts an episode's end into the kind of
+failure it names."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture(scope="module")
+def slide():
+    spec = importlib.util.spec_from_file_location("slide_failure_modes", SCRIPTS / "slide_failure_modes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+START = np.array([1.3, 0.75, 0.41])
+GOAL = np.array([1.8, 0.75, 0.41])  # 50 cm ahead of the puck along +x
+
+
+@pytest.mark.parametrize(("final", "success", "kind"), [
+    ([1.81, 0.75, 0.41], True, "success"),
+    ([1.31, 0.75, 0.41], False, "untouched"),
+    ([1.9, 0.80, 0.20], False, "off table"),
+    ([1.6, 0.76, 0.41], False, "short"),
+    ([1.95, 0.72, 0.41], False, "overshoot"),
+    ([1.78, 0.85, 0.41], False, "sideways"),
+])
+def test_slide_failure_kinds(slide, final, success, kind):
+    assert slide.classify(START, GOAL, np.array(final), success)[0] == kind
+
+
+def test_slide_errors_are_measured_along_and_across_the_start_to_goal_line(slide):
+    goal = START + np.array([0.3, 0.4, 0.0])  # a diagonal line: unit direction (0.6, 0.8)
+    final = goal + np.array([0.072, 0.096, 0.0]) + np.array([-0.08, 0.06, 0.0])  # 12 cm past it, 10 cm aside
+    kind, along, lateral = slide.classify(START, goal, final, False)
+    assert along == pytest.approx(0.12) and lateral == pytest.approx(0.10) and kind == "overshoot"
