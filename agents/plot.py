@@ -97,10 +97,12 @@ def _steps_to(r: dict[str, np.ndarray], level: float, metric: str) -> float:
 
 
 def _at(r: dict[str, np.ndarray], step: float, metric: str) -> float:
-    """The value of the last evaluation at or before ``step`` (NaN if the run ended earlier)."""
-    if r["env_steps"].max() < step:
+    """The value of the last evaluation at or before ``step`` (NaN if the run ended earlier or had no evaluation
+    by then)."""
+    before = np.flatnonzero(r["env_steps"] <= step)
+    if r["env_steps"].max() < step or not before.size:
         return np.nan
-    return float(r[metric][np.flatnonzero(r["env_steps"] <= step)[-1]])
+    return float(r[metric][before[-1]])
 
 
 def _steps_label(v: float) -> str:
@@ -141,6 +143,14 @@ def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: 
     return "\n".join(lines)
 
 
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``her-plot`` argument parser (every option's help gives its default).
 
@@ -150,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="her-plot", description=__doc__.split("\n\n")[0].replace("``", ""),
         usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M] "
-              "[--title T] [--table [STEPS ...]]")
+              "[--title T] [--table [STEPS ...]] [--levels L [L ...]]")
     parser.add_argument("items", nargs="*", metavar="RUN_DIR",
                         help="run directories (or metrics.csv paths), each group followed by --label NAME")
     parser.add_argument("--label", metavar="NAME", action="append",
@@ -164,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--table", nargs="*", type=float, metavar="STEPS",
                         help="print a markdown table instead of plotting (env steps to 0.5 / 0.9, the metric at "
                              "STEPS; default: plot)")
+    parser.add_argument("--levels", nargs="+", type=float, metavar="L",
+                        help="with --table: the metric levels whose first crossing the table gives, in env steps "
+                             "(default: 0.5 0.9)")
     return parser
 
 
@@ -189,10 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         elif a in ("--out", "--metric", "--title") and i + 1 < len(argv):
             rest += [a, argv[i + 1]]
             i += 2
-        elif a == "--table":  # --table [STEPS ...]: the numbers after it are its own
+        elif a in ("--table", "--levels"):  # --table [STEPS ...], --levels L ...: the numbers after it are its own
             rest.append(a)
             i += 1
-            while i < len(argv) and argv[i].replace(".", "", 1).replace("e", "", 1).isdigit():
+            if a == "--levels" and i < len(argv) and not _is_number(argv[i]) and not argv[i].startswith("-"):
+                parser.error(f"--levels: expected numbers, got {argv[i]!r}")
+            while i < len(argv) and _is_number(argv[i]):
                 rest.append(argv[i])
                 i += 1
         elif a.startswith("-"):
@@ -202,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
             pending.append(a)
             i += 1
     args = parser.parse_args(rest)
+    args.levels = args.levels or [0.5, 0.9]
+    bad = [lv for lv in args.levels if not np.isfinite(lv)]
+    if bad:
+        parser.error(f"--levels: expected finite numbers, got {bad[0]}")
+    bad = [st for st in args.table or [] if not (np.isfinite(st) and st >= 0)]
+    if bad:
+        parser.error(f"--table: expected env steps >= 0, got {bad[0]:g}")
     if pending:
         groups.setdefault(Path(pending[0]).name if len(pending) == 1 else "runs", []).extend(pending)
     if not groups:
@@ -210,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.table is not None:
             from her_agents.cli import print_to_pipe
 
-            return print_to_pipe(results_table(groups, args.table, metric=args.metric))
+            return print_to_pipe(results_table(groups, args.table, levels=tuple(args.levels), metric=args.metric))
         out = plot_curves(groups, args.out, args.metric, args.title)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))

@@ -92,6 +92,10 @@ def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
     ("nothing", "no run directories given"),
     ("label_first", "no run directories before it"),
     ("binary", "binary/metrics.csv is not a metrics CSV ('utf-8' codec can't decode"),
+    ("table_negative", "--table: expected env steps >= 0, got -5"),
+    ("table_nan", "--table: expected env steps >= 0, got nan"),
+    ("levels_word", "--levels: expected numbers, got 'high'"),
+    ("levels_inf", "--levels: expected finite numbers, got inf"),
 ])
 def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expect):
     empty = tmp_path / "empty"
@@ -101,7 +105,10 @@ def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expe
     (tmp_path / "binary" / "metrics.csv").write_bytes(b"env_steps,wall_time\n\xff\xfe\x00garbage\n")
     argv = {"empty": [str(runs[0]), str(empty)], "metric": [str(runs[0]), "--metric", "eval/nope"],
             "nothing": ["--out", str(tmp_path / "x.png")], "label_first": ["--label", "A", str(runs[0])],
-            "binary": [str(runs[0]), str(tmp_path / "binary")]}[case]
+            "binary": [str(runs[0]), str(tmp_path / "binary")],
+            "table_negative": [str(runs[0]), "--table", "-5"], "table_nan": [str(runs[0]), "--table", "nan"],
+            "levels_word": [str(runs[0]), "--table", "--levels", "high"],
+            "levels_inf": [str(runs[0]), "--table", "--levels", "0.5", "inf"]}[case]
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--out", str(tmp_path / "x.png")])
     assert exc.value.code == 2
@@ -121,3 +128,11 @@ def test_her_plot_table_gives_steps_to_each_level_and_success_at_given_steps(run
     # mean of a-s0 and a-s1 on their common range (1k-3k): 0.05, 0.45, 0.75 -> 0.5 first at 3k, 0.9 never
     assert rows["**A: mean of 2**"][:4] == ["3k", "-", "0.45", "-"]
     assert rows["b-s0"][:4] == ["4k", "-", "0.10", "0.30"]
+
+
+def test_her_plot_table_levels_and_a_step_before_the_first_evaluation(runs, capsys):
+    assert main([str(runs[0]), "--table", "0", "2000", "--levels", "0.4", "0.7"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "| run | to 0.4 | to 0.7 | at 0 | at 2k | env steps | wall min |"
+    # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k; nothing was evaluated at or before 0 env steps
+    assert lines[2].split(" | ")[1:5] == ["2k", "3k", "-", "0.40"]
