@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -82,6 +82,9 @@ def train_main(argv: list[str] | None = None) -> int:
             saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
             cfg = resume_config(saved["config"], args.overrides)  # the run's config, then the overrides
             done, total = saved["counters"]["env_steps"], cfg.train.total_env_steps
+            if done > total and any(o.partition("=")[0].strip() == "train.total_env_steps" for o in args.overrides):
+                raise ValueError(f"train.total_env_steps must be above the {done} env steps the run in "
+                                 f"{args.resume} has done, got {total}")
             if done >= total:
                 print(f"her-train: the run in {args.resume} is complete ({done}/{total} env steps); raise "
                       "train.total_env_steps to continue it, e.g. train.total_env_steps=" + str(2 * total))
@@ -143,12 +146,56 @@ def eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
+                        argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, Any], Any]:
+    """The command line of an analysis script of one task: ``CHECKPOINT [--episodes N] [--seed S]``, parsed and
+    checked, and the checkpoint loaded.
+
+    Args:
+        description: the script's help text (its docstring).
+        env_prefix: the env ids the script accepts start with it (``"FetchSlide"``).
+        episodes: the default of ``--episodes``.
+
+    Returns:
+        the parsed arguments, the checkpoint (:func:`her_agents.checkpoint.load_checkpoint`) and its agent
+        (built uncompiled on the CPU, one torch thread).
+
+    Exits (status 2, one error line) on a bad flag, a missing or unreadable checkpoint, or another task's run.
+    """
+    import torch
+
+    from her_agents.checkpoint import load_checkpoint
+    from her_agents.registry import agent_from_checkpoint
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
+    parser.add_argument("--episodes", type=int, default=episodes, help="episodes (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1000, help="episode i is reset with seed + i (default: "
+                        "%(default)s)")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error(f"--episodes must be >= 1, got {args.episodes}")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    try:
+        state = load_checkpoint(args.checkpoint)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(str(exc))
+    env_id = state["config"]["env"]["id"]
+    if not env_id.startswith(env_prefix):
+        parser.error(f"{args.checkpoint} is a {env_id} run, not {env_prefix}")
+    torch.set_num_threads(1)
+    return args, state, agent_from_checkpoint(state, compile=False)
+
+
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)
     for flag, value in (("--episodes", args.episodes), ("--video-episodes", args.video_episodes)):
         if value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     from her_agents.config import check_device

@@ -418,21 +418,32 @@ def _raw_override(key: str, overrides: list[str] | None, value: Any) -> str:
     return repr(value)
 
 
+def _got(key: str, overrides: list[str] | None, value: Any) -> str:
+    """The "got ..." of an error: what the user wrote for ``key`` and the type it was read as."""
+    raw = _raw_override(key, overrides, value)
+    return "an empty value" if value is None and raw in ("''", "None") else f"{raw} ({type(value).__name__})"
+
+
 def _check_sections(base: Any, layer: Any, overrides: list[str] | None, prefix: str = "") -> None:
     """Raises ValueError where ``layer`` gives a plain value for a section of ``base`` (``train=5``), which
-    OmegaConf reports without naming the key."""
+    OmegaConf reports without naming the key, or anything but true/false for a bool key, which OmegaConf would
+    convert."""
     if not OmegaConf.is_dict(layer):
         return
     for key in layer:
-        if key not in base or not OmegaConf.is_dict(base[key]):
+        if key not in base:
             continue
         full = f"{prefix}{key}"
         value = layer[key]
+        if not OmegaConf.is_dict(base[key]):
+            # OmegaConf reads any integer as a bool (2 -> true); a true/false key takes only true or false
+            if _field_type(full) is bool and not isinstance(value, bool):
+                raise ValueError(f"{full} must be true or false, got {_got(full, overrides, value)}")
+            continue
         if OmegaConf.is_dict(value):
             _check_sections(base[key], value, overrides, full + ".")
         else:
-            raise ValueError(f"{full} must be a mapping of {full}.* keys, got {_raw_override(full, overrides, value)} "
-                             f"({type(value).__name__})")
+            raise ValueError(f"{full} must be a mapping of {full}.* keys, got {_got(full, overrides, value)}")
 
 
 def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> DictConfig:
@@ -448,9 +459,8 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
                              f"{', '.join(_valid_keys(base))}") from None
         value = getattr(exc, "value", None)
         value = value._value() if hasattr(value, "_value") else value  # an OmegaConf node
-        got = _raw_override(key, overrides, value)
-        raise ValueError(f"{key} must be {describe_type(_field_type(key))}, got {got} "
-                         f"({type(value).__name__})") from None
+        raise ValueError(f"{key} must be {describe_type(_field_type(key))}, got {_got(key, overrides, value)}"
+                         ) from None
 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> DictConfig:

@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             pending.append(a)
             i += 1
     args = parser.parse_args(rest)
+    if args.levels is not None and args.table is None:
+        parser.error("--levels goes with --table (the plot has no levels)")
     args.levels = args.levels or [0.5, 0.9]
     bad = [lv for lv in args.levels if not np.isfinite(lv)]
     if bad:

@@ -10,28 +10,15 @@ which tells a policy that pushes (table goals only) from one that picks.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-import torch
 
-from her_agents.checkpoint import load_checkpoint
-from her_agents.registry import agent_from_checkpoint
+from her_agents.cli import checkpoint_analysis
 from her_envs import make_env
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint")
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=1000)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    state = load_checkpoint(args.checkpoint)
+    args, state, agent = checkpoint_analysis(__doc__, "FetchPickAndPlace", episodes=100)
     cfg = state["config"]
-    if not cfg["env"]["id"].startswith("FetchPickAndPlace"):
-        parser.error(f"{args.checkpoint} is a {cfg['env']['id']} run, not FetchPickAndPlace")
-    agent = agent_from_checkpoint(state, compile=False)
     env = make_env(cfg["env"]["id"])
     air, success, lifted = [], [], []
     for i in range(args.episodes):
@@ -47,10 +34,13 @@ def main() -> None:
         lifted.append(top - start_z > 0.02)
     env.close()
     air, success, lifted = map(np.array, (air, success, lifted))
+    def rate(x: np.ndarray) -> str:
+        return f"{x.mean():.2f}" if x.size else "-"
+
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps, {args.episodes} episodes: "
-          f"success {success.mean():.2f}; table goals {success[~air].mean():.2f} ({(~air).sum()}), "
-          f"air goals {success[air].mean():.2f} ({air.sum()}); box lifted > 2 cm in "
-          f"{lifted[air].mean():.2f} of the air-goal episodes")
+          f"success {rate(success)}; table goals {rate(success[~air])} ({(~air).sum()}), "
+          f"air goals {rate(success[air])} ({air.sum()}); box lifted > 2 cm in "
+          f"{rate(lifted[air])} of the air-goal episodes")
 
 
 if __name__ == "__main__":

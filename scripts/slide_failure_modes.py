@@ -19,13 +19,9 @@ tells a policy that cannot aim from one that cannot judge the strike's strength.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-import torch
 
-from her_agents.checkpoint import load_checkpoint
-from her_agents.registry import agent_from_checkpoint
+from her_agents.cli import checkpoint_analysis
 from her_envs import make_env
 
 DISTANCE_BINS = (0.0, 0.3, 0.45, 0.6, np.inf)  # metres from the puck's start to the goal, in the table plane
@@ -52,22 +48,8 @@ def classify(start: np.ndarray, goal: np.ndarray, final: np.ndarray, success: bo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint")
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1000)
-    args = parser.parse_args()
-    if args.episodes < 1:
-        parser.error(f"--episodes: expected a positive integer, got {args.episodes}")
-    torch.set_num_threads(1)
-    try:
-        state = load_checkpoint(args.checkpoint)
-    except (FileNotFoundError, ValueError) as exc:
-        parser.error(str(exc))
+    args, state, agent = checkpoint_analysis(__doc__, "FetchSlide", episodes=200)
     env_id = state["config"]["env"]["id"]
-    if not env_id.startswith("FetchSlide"):
-        parser.error(f"{args.checkpoint} is a {env_id} run, not FetchSlide")
-    agent = agent_from_checkpoint(state, compile=False)
     env = make_env(env_id)
     distance, outcome, along, lateral = [], [], [], []
     for i in range(args.episodes):

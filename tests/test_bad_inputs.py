@@ -47,6 +47,10 @@ def _one_error_line(err: str) -> str:
     ("log.wandb.tags=a", "log.wandb.tags must be a list of strings, got 'a'"),
     ("replay.beta0=2", "replay.beta0 must be in [0, 1], got 2.0"),
     ("agent.layer_norm=3", "agent.layer_norm must be true or false, got 3 (int)"),
+    ("replay.prioritized=2", "replay.prioritized must be true or false, got '2' (int)"),
+    ("log.save_replay=1", "log.save_replay must be true or false, got '1' (int)"),
+    ("replay.stop_at_success=0", "replay.stop_at_success must be true or false, got '0' (int)"),
+    ("train.seed=", "train.seed must be an integer, got an empty value"),
     ("train.nonsense=1", "unknown key 'train.nonsense'; valid keys: env.id"),
     ("agent.hiden=64", "unknown key 'agent.hiden' for algo 'ddpg'; valid agent keys: action_l2, actor_lr"),
     ("agent.device=cuda", "agent.device is set by the training loop: use train.device"),
@@ -130,6 +134,7 @@ def test_replay_too_large_for_memory_is_one_line(tmp_path, capsys, monkeypatch):
     (["--device", "cuda"], "--device must be a device this machine has (auto or cpu: CUDA is not available), got 'cuda'"),
     (["--episodes", "0"], "her-eval: error: --episodes must be >= 1, got 0"),
     (["--video-episodes", "-2"], "her-eval: error: --video-episodes must be >= 1, got -2"),
+    (["--seed", "-1"], "her-eval: error: --seed must be >= 0, got -1"),
 ])
 def test_her_eval_bad_argument_is_one_line(finished_run, capsys, monkeypatch, args, expect):
     from her_agents.cli import eval_main
@@ -190,6 +195,8 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
     (["algo=td3"], "algo cannot change on --resume: the run has 'ddpg', got 'td3'"),
     (["agent.hidden=[32,32]"], "agent.hidden cannot change on --resume: the run has [16], got [32, 32]"),
     (["--overwrite"], "--overwrite starts a fresh run; it cannot be combined with --resume"),
+    (["train.total_env_steps=50"], "train.total_env_steps must be above the 100 env steps the run in"),
+    (["log.progress=1"], "log.progress must be true or false, got '1' (int)"),
 ])
 def test_resume_refuses_what_cannot_change(finished_run, tmp_path, capsys, args, expect):
     run_dir = _copy(finished_run, tmp_path)
@@ -229,3 +236,29 @@ def test_print_config_into_a_pipe_closed_early_ends_quietly():
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["{run}", "--episodes", "0"], "--episodes must be >= 1, got 0"),
+    (["{run}", "--seed", "-3"], "--seed must be >= 0, got -3"),
+    (["{run}/nothing_here"], "no checkpoint at"),
+    (["{run}"], "is a FetchReach-v4 run, not FetchSlide"),
+])
+def test_analysis_script_bad_argument_is_one_line(finished_run, capsys, args, expect):
+    from her_agents.cli import checkpoint_analysis
+
+    with pytest.raises(SystemExit) as exc:
+        checkpoint_analysis("doc", "FetchSlide", 10, [a.format(run=finished_run) for a in args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and expect in err.strip().splitlines()[-1], err
+
+
+def test_analysis_script_loads_the_checkpoint_and_its_agent(finished_run):
+    from her_agents.cli import checkpoint_analysis
+
+    args, state, agent = checkpoint_analysis("doc", "FetchReach", 10, [str(finished_run), "--seed", "7"])
+    assert (args.episodes, args.seed) == (10, 7) and state["counters"]["env_steps"] == 100
+    saved = state["agent"]["actor"]
+    loaded = agent.actor.state_dict()
+    assert loaded.keys() == saved.keys() and all(torch.equal(loaded[k], saved[k]) for k in saved)

@@ -96,6 +96,7 @@ def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
     ("table_nan", "--table: expected env steps >= 0, got nan"),
     ("levels_word", "--levels: expected numbers, got 'high'"),
     ("levels_inf", "--levels: expected finite numbers, got inf"),
+    ("levels_alone", "--levels goes with --table"),
 ])
 def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expect):
     empty = tmp_path / "empty"
@@ -108,7 +109,8 @@ def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expe
             "binary": [str(runs[0]), str(tmp_path / "binary")],
             "table_negative": [str(runs[0]), "--table", "-5"], "table_nan": [str(runs[0]), "--table", "nan"],
             "levels_word": [str(runs[0]), "--table", "--levels", "high"],
-            "levels_inf": [str(runs[0]), "--table", "--levels", "0.5", "inf"]}[case]
+            "levels_inf": [str(runs[0]), "--table", "--levels", "0.5", "inf"],
+            "levels_alone": [str(runs[0]), "--levels", "0.5"]}[case]
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--out", str(tmp_path / "x.png")])
     assert exc.value.code == 2
