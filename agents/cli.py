@@ -85,7 +85,7 @@ def train_main(argv: list[str] | None = None) -> int:
             if done > total and any(o.partition("=")[0].strip() == "train.total_env_steps" for o in args.overrides):
                 raise ValueError(f"train.total_env_steps must be above the {done} env steps the run in "
                                  f"{args.resume} has done, got {total}")
-            if done >= total:
+            if done >= total and not args.print_config:
                 print(f"her-train: the run in {args.resume} is complete ({done}/{total} env steps); raise "
                       "train.total_env_steps to continue it, e.g. train.total_env_steps=" + str(2 * total))
                 return 0

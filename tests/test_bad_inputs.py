@@ -262,3 +262,10 @@ def test_analysis_script_loads_the_checkpoint_and_its_agent(finished_run):
     saved = state["agent"]["actor"]
     loaded = agent.actor.state_dict()
     assert loaded.keys() == saved.keys() and all(torch.equal(loaded[k], saved[k]) for k in saved)
+
+
+def test_print_config_of_a_complete_run_shows_what_the_resume_would_use(finished_run, capsys):
+    assert train_main(["--resume", str(finished_run), "--print-config", "train.eval_episodes=3"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert cfg["train"]["total_env_steps"] == 100 and cfg["train"]["eval_episodes"] == 3
+    assert cfg["env"]["id"] == "FetchReach-v4"
