@@ -78,6 +78,10 @@ class RunLogger:
         self.run = None
         if self.mode != "disabled":
             self.run = self._init_wandb(resume_id)
+        start = f"resumed at {resume_step} env steps" if resume_step is not None else "new run"
+        wandb_where = {"offline": f"W&B offline in {self.run_dir / 'wandb'}", "disabled": "W&B off"}.get(
+            self.mode, f"W&B {self.mode}")
+        tqdm.write(f"her-train: {start} to {cfg.train.total_env_steps} env steps in {self.run_dir} ({wandb_where})")
         if self.run is not None:
             self.run.define_metric("env_steps")
             self.run.define_metric("*", step_metric="env_steps")
