@@ -26,6 +26,7 @@ replay file, the replay's schedules (:func:`replay_schedule`).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -66,6 +67,14 @@ def replay_name(rank: int = 0) -> str:
     return "replay" if rank == 0 else f"replay-rank{rank}"
 
 
+@functools.cache
+def _new_file_mode() -> int:
+    """0666 less this process's umask: the mode ``open()`` gives a new file (read once; umask has no getter)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: str | os.PathLike, write: Any) -> None:
     """Call ``write(f)`` on a temp file next to ``path``, fsync, then ``os.replace`` it onto ``path``.
 
@@ -79,8 +88,8 @@ def write_atomic(path: str | os.PathLike, write: Any) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():  # keep the replaced file's permissions (mkstemp makes 0600)
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
+        # mkstemp makes 0600: keep the replaced file's permissions, or give a new file what open() would
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.exists() else _new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

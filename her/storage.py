@@ -431,7 +431,8 @@ class EpisodeStorage:
             listener.on_transitions_added(self.transition_slots())
 
     def save(self, path: str) -> None:
-        """Write the storage compressed (``.npz``) atomically: a temp file then ``os.replace``."""
+        """Write the storage compressed (``.npz``) atomically: a temp file, fsync, then ``os.replace``; the file
+        gets the permissions ``open()`` would give it (the umask's)."""
         import os
         import tempfile
 
@@ -440,6 +441,11 @@ class EpisodeStorage:
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez_compressed(f, **self.state_dict(copy=False))
+                f.flush()
+                os.fsync(f.fileno())
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

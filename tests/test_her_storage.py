@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import subprocess
 import sys
 import textwrap
@@ -431,6 +433,9 @@ def test_save_load_round_trip_is_exact(tmp_path):
     path = tmp_path / "buffer.npz"
     storage.save(str(path))
     assert path.exists() and not list(tmp_path.glob("*.tmp"))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask  # as open() would make it, not mkstemp's 0600
     other = make_tag_storage(30, n_envs=3, max_episode_steps=4)
     other.load(str(path))
     assert other.data.tobytes() == storage.data.tobytes()

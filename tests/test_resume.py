@@ -253,3 +253,16 @@ def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     result = train(cfg(resumed), resume=str(resumed))
     assert result.env_steps == 400 and [r["env_steps"] for r in result.history] == [300, 400]
     assert run_differences(full, resumed) == []
+
+
+def test_atomic_writes_give_new_files_the_umask_mode_and_keep_an_old_files_mode(tmp_path):
+    from her_agents.checkpoint import write_atomic
+
+    mask = os.umask(0)
+    os.umask(mask)
+    new = tmp_path / "new.bin"
+    write_atomic(new, lambda f: f.write(b"x"))
+    assert new.stat().st_mode & 0o777 == 0o666 & ~mask  # mkstemp alone would leave 0600
+    os.chmod(new, 0o640)
+    write_atomic(new, lambda f: f.write(b"y"))
+    assert new.stat().st_mode & 0o777 == 0o640 and new.read_bytes() == b"y"
