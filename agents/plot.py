@@ -33,9 +33,15 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"no metrics.csv at {path}")
     try:
         with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            columns = reader.fieldnames or []
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ValueError(f"{path} is not a metrics CSV ({exc})") from None
+    missing = [c for c in ("env_steps", "wall_time") if c not in columns]
+    if missing:
+        raise ValueError(f"{path} is not a metrics CSV (expected the columns env_steps and wall_time, got "
+                         f"{columns[:4]})")
     if not rows:
         raise ValueError(f"{path} has no rows (no evaluation finished yet?)")
     try:

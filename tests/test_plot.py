@@ -97,6 +97,7 @@ def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
     ("levels_word", "--levels: expected numbers, got 'high'"),
     ("levels_inf", "--levels: expected finite numbers, got inf"),
     ("levels_alone", "--levels goes with --table"),
+    ("not_csv", "not_csv.txt is not a metrics CSV (expected the columns env_steps and wall_time, got ['hello'])"),
 ])
 def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expect):
     empty = tmp_path / "empty"
@@ -110,7 +111,9 @@ def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expe
             "table_negative": [str(runs[0]), "--table", "-5"], "table_nan": [str(runs[0]), "--table", "nan"],
             "levels_word": [str(runs[0]), "--table", "--levels", "high"],
             "levels_inf": [str(runs[0]), "--table", "--levels", "0.5", "inf"],
-            "levels_alone": [str(runs[0]), "--levels", "0.5"]}[case]
+            "levels_alone": [str(runs[0]), "--levels", "0.5"],
+            "not_csv": [str(runs[0]), str(tmp_path / "not_csv.txt")]}[case]
+    (tmp_path / "not_csv.txt").write_text("hello\nworld\n")
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--out", str(tmp_path / "x.png")])
     assert exc.value.code == 2
