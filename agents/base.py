@@ -28,7 +28,7 @@ from torch import nn
 from her_agents.fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
 from her_agents.normalizer import RunningNormalizer
 
-Precision = Literal["fp32", "bf16"]
+Precision = Literal["fp32", "bf16", "auto"]
 """Valid values of :attr:`AgentConfig.precision`."""
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
@@ -136,10 +136,12 @@ class AgentConfig:
     seed: int | None = None
     """Seed of the numpy generator used for exploration noise (torch seeding is the caller's job)."""
     precision: Precision = "fp32"
-    """``"fp32"`` or ``"bf16"``: with ``"bf16"`` the network forward passes in ``update()`` run under
+    """``"fp32"``, ``"bf16"`` or ``"auto"``: with ``"bf16"`` the network forward passes in ``update()`` run under
     ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
     the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
-    and optimizer state stay float32. ``act()`` always runs in float32."""
+    and optimizer state stay float32. ``act()`` always runs in float32. ``"auto"`` is bf16 where the device
+    multiplies bf16 natively (:func:`resolve_precision`) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
+    bf16 matmuls are emulated and many times slower than fp32."""
     compile: bool = False
     """Run the loss functions of ``update()`` (critic and actor losses, forward and backward) through
     ``torch.compile`` (Inductor), which fuses the LayerNorm, activation and bf16-cast kernels between the matmuls.
@@ -185,6 +187,26 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if isinstance(device, str) and device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bf16 natively: a CUDA device with bf16 support, or a CPU with AVX512-BF16
+    or AMX tiles (torch's own CPU capability checks)."""
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+        return any(check() for check in checks if check is not None)
+    return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``AgentConfig.precision`` -> the precision the update runs in: ``"auto"`` is ``"bf16"`` where
+    :func:`native_bf16` holds for ``device``, else ``"fp32"``; ``"fp32"`` and ``"bf16"`` are returned as given."""
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
 
 
 def make_adam(params: Iterable[nn.Parameter] | Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
@@ -344,6 +366,8 @@ class GoalConditionedAgentBase:
         self.state_dim = self.obs_dim + self.goal_dim
         self.config = config
         self.device = resolve_device(device)
+        self.precision = resolve_precision(config.precision, self.device)
+        """The precision ``update()`` runs in: ``config.precision`` with ``"auto"`` resolved for the device."""
         norm_kw = {"eps": config.norm_eps, "clip_obs": config.norm_clip_obs, "clip_range": config.norm_clip_range}
         self.obs_normalizer = RunningNormalizer(self.obs_dim, device=self.device, **norm_kw)
         self.goal_normalizer = RunningNormalizer(self.goal_dim, device=self.device, **norm_kw)
@@ -513,12 +537,12 @@ class GoalConditionedAgentBase:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the network forward passes in ``update()``: bf16 autocast on the agent's device when
-        ``config.precision == "bf16"``, else a no-op.
+        :attr:`precision` (``config.precision`` resolved for the device) is ``"bf16"``, else a no-op.
 
         Wrap forward passes only (not ``backward`` or optimizer steps): autocast caches the bf16 copies of the
         parameters until the context exits, so a context spanning an optimizer step would reuse stale copies.
         """
-        if self.config.precision == "bf16":
+        if self.precision == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

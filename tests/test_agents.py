@@ -296,9 +296,21 @@ def test_bf16_update_is_mixed_precision_with_float32_state(algo, layer_norm):
 
 
 def test_precision_is_validated():
-    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16', 'auto'\], got 'fp16'"):
         make_agent("ddpg", OBS, GOAL, ACT, precision="fp16")
     assert make_agent("sac", OBS, GOAL, ACT, precision="bf16", **SMALL).config.precision == "bf16"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_the_device_has_native_bf16(monkeypatch, native):
+    import her_agents.base as base
+
+    monkeypatch.setattr(base, "native_bf16", lambda device: native)
+    agent = make_agent("ddpg", OBS, GOAL, ACT, precision="auto", **SMALL)
+    assert agent.config.precision == "auto"  # the config keeps what was asked (checkpoints resume anywhere)
+    assert agent.precision == ("bf16" if native else "fp32")
+    assert make_agent("ddpg", OBS, GOAL, ACT, precision="fp32", **SMALL).precision == "fp32"
+    assert make_agent("ddpg", OBS, GOAL, ACT, precision="bf16", **SMALL).precision == "bf16"
 
 
 @pytest.mark.parametrize("algo", ALGOS)

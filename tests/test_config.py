@@ -72,7 +72,7 @@ def test_algo_override_retypes_the_agent_section():
 
 
 @pytest.mark.parametrize("override, expect", [
-    ("agent.precision=fp16", "agent.precision must be one of ['fp32', 'bf16'], got 'fp16' (str)"),
+    ("agent.precision=fp16", "agent.precision must be one of ['fp32', 'bf16', 'auto'], got 'fp16' (str)"),
     ("agent.hidden=[64,6.5]", "agent.hidden must be a list of integers, got [64, 6.5] (list)"),
     ("agent.n_critics=2", "unknown key 'agent.n_critics' for algo 'ddpg'"),
     ("agent.q_clip=[0,-1]", "agent.q_clip must be null or [low, high] with low <= high, got [0.0, -1.0]"),

@@ -11,6 +11,10 @@ computed during the actor step, one ``.item()`` per metric. ``--compile`` additi
 ``--precision`` lists the agent precisions (``AgentConfig.precision``) to time, one column each (default both
 fp32 and bf16; the reference is fp32). ``speedup`` is reference ms / first precision's ms;
 a ``<p> speedup`` column per further precision is first precision's ms / ``<p>``'s ms.
+
+After the table, one line per algorithm, precision, mode and batch size gives the update's ratio to its FLOP floor:
+the matmuls of the update (forward and backward, shapes and dtype recorded from an eager update) timed as plain
+``torch.mm``/``torch.bmm`` calls, ``<algo> <precision> <mode> B=<n>: <ms> ms, <r>x the FLOP floor``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from her_agents.networks import mlp
 from her_agents.registry import make_agent
@@ -144,6 +149,55 @@ def time_updates(agent, batch, iters: int, warmup: int, repeats: int = 5) -> flo
     return float(np.min(times))
 
 
+class MatmulRecorder(TorchDispatchMode):
+    """Records the operand shapes and dtype of every matmul (``mm``, ``addmm``, ``bmm``, ``baddbmm``) that
+    reaches the kernels, forward and backward: what the update's FLOPs are made of."""
+
+    OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, tuple[int, ...], tuple[int, ...], torch.dtype]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.OPERANDS:
+            i, j = self.OPERANDS[name]
+            self.calls.append((name, tuple(args[i].shape), tuple(args[j].shape), args[i].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def matmul_flops(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """``2 m n k`` (times the batch of a ``bmm``) for ``a [.., m, k] @ b [.., k, n]``."""
+    return 2 * int(np.prod(a)) * b[-1]
+
+
+def flop_floor(algo: str, batch, precision: str, hidden, layer_norm: bool, iters: int) -> tuple[float, float]:
+    """``(ms, GFLOP)`` per update of the FLOP floor: the matmuls of two eager updates (TD3's actor runs every
+    second one), recorded with their shapes and dtype, then timed as plain ``torch.mm``/``torch.bmm`` calls on
+    random operands of the same shapes and dtype (best of 5), divided by two."""
+    agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision, hidden=list(hidden),
+                       layer_norm=layer_norm)
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    agent.update(batch)
+    with MatmulRecorder() as rec:
+        agent.update(batch)
+        agent.update(batch)
+    ops = [(torch.bmm if len(a) == 3 else torch.mm, torch.randn(a).to(dt), torch.randn(b).to(dt))
+           for _, a, b, dt in rec.calls]
+    gflop = sum(matmul_flops(a.shape, b.shape) for _, a, b in ops) / 2 / 1e9
+    for fn, a, b in ops:  # warm-up
+        fn(a, b)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            for fn, a, b in ops:
+                fn(a, b)
+        times.append((time.perf_counter() - t0) / iters / 2 * 1e3)
+    return float(np.min(times)), gflop
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="+", choices=["ddpg", "td3", "sac"], default=["ddpg", "td3", "sac"],
@@ -173,6 +227,7 @@ def main() -> None:
         header += "".join(f"{f'{p} compiled ms':>20}" for p in args.precision)
     print(header)
     print("-" * len(header))
+    measured: list[tuple[str, str, str, int, float]] = []  # algo, precision, mode, batch, ms
     for algo in args.algos:
         for bs in args.batch_sizes:
             batch = make_batch(bs)
@@ -183,6 +238,7 @@ def main() -> None:
                                    layer_norm=args.layer_norm)
                 agent.update_normalizer(batch.observation, batch.desired_goal)
                 ms.append(time_updates(agent, batch, args.iters, args.warmup))
+                measured.append((algo, precision, "eager", bs, ms[-1]))
             line = f"{algo:<6}{bs:>7}{ref_ms:>14.2f}" + "".join(f"{m:>10.2f}" for m in ms)
             line += f"{ref_ms / ms[0]:>8.2f}x" + "".join(f"{ms[0] / m:>13.2f}x" for m in ms[1:])
             if args.compile:
@@ -194,9 +250,21 @@ def main() -> None:
                         warnings.simplefilter("always", RuntimeWarning)
                         c_ms = time_updates(agent, batch, args.iters, args.warmup + 5)
                     line += f"{'failed' if failed else f'{c_ms:.2f}':>20}"
+                    if not failed:
+                        measured.append((algo, precision, "compiled", bs, c_ms))
                     for w in failed:
                         print(w.message)
             print(line, flush=True)
+    print("\nFLOP floor: each update's matmuls (forward and backward, recorded from the eager update) timed as plain "
+          "matmuls of the same shapes and precision")
+    floors: dict[tuple[str, str, int], tuple[float, float]] = {}
+    for algo, precision, mode, bs, ms in measured:
+        key = (algo, precision, bs)
+        if key not in floors:
+            floors[key] = flop_floor(algo, make_batch(bs), precision, hidden, args.layer_norm, args.iters)
+        floor_ms, gflop = floors[key]
+        print(f"{algo} {precision} {mode} B={bs}: {ms:.2f} ms, {ms / floor_ms:.2f}x the FLOP floor "
+              f"({floor_ms:.2f} ms: {gflop:.3f} GFLOP at {gflop / floor_ms * 1e3:.0f} GFLOP/s)", flush=True)
 
 
 if __name__ == "__main__":
