@@ -1,6 +1,6 @@
 """Resumable runs: a training run killed with SIGKILL continues from its last checkpoint with ``--resume``.
 
-Semantics checked here (README "Training", ``agents/checkpoint.py``, ``agents/logger.py``):
+Semantics checked here (docs/training.md, ``agents/checkpoint.py``, ``agents/logger.py``):
 
 - ``checkpoint.pt`` (and ``replay.npz`` with ``log.save_replay=true``) is written at each evaluation, after that
   evaluation's ``metrics.csv`` row; a kill at any moment leaves a complete, loadable checkpoint and a replay

@@ -41,3 +41,27 @@ def test_slide_errors_are_measured_along_and_across_the_start_to_goal_line(slide
     final = goal + np.array([0.072, 0.096, 0.0]) + np.array([-0.08, 0.06, 0.0])  # 12 cm past it, 10 cm aside
     kind, along, lateral = slide.classify(START, goal, final, False)
     assert along == pytest.approx(0.12) and lateral == pytest.approx(0.10) and kind == "overshoot"
+
+
+@pytest.fixture(scope="module")
+def behaviour():
+    spec = importlib.util.spec_from_file_location("fetch_policy_behaviour", SCRIPTS / "fetch_policy_behaviour.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_policy_behaviour_tells_reaching_moving_and_saturation(behaviour):
+    actions = np.array([[1.0, -1.0, 0.0, 0.5], [0.99, 0.0, 0.0, -0.5]])
+    obj = np.array([[1.3, 0.75, 0.42]] * 3)
+    far = behaviour.episode_stats(actions, obj + [0.2, 0, 0], obj, success=False)
+    assert np.allclose(far["abs_action"], [0.995, 0.5, 0.0, 0.5])
+    assert far["saturated"] == pytest.approx(3 / 8)
+    assert far["closest"] == pytest.approx(0.2) and far["reached"] == 0.0 and far["moved"] == 0.0
+
+    grip = np.array([[1.5, 0.75, 0.42], [1.33, 0.75, 0.42], [1.36, 0.75, 0.42]])
+    pushed = obj + [[0, 0, 0], [0, 0, 0], [0.05, 0, 0]]
+    near = behaviour.episode_stats(actions, grip, pushed, success=True)
+    assert near["closest"] == pytest.approx(0.01) and near["reached"] == 1.0 and near["moved"] == 1.0
+    line = behaviour.summary([far, near])
+    assert "reached 0.50" in line and "moved 0.50" in line and "success 0.50" in line
