@@ -51,7 +51,8 @@ def learn_step(agent: Agent, replay: her.HerReplayBuffer, batch_size: int, metri
     the scalar metrics to ``metrics``."""
     batch = replay.sample(batch_size)
     m = agent.update(batch)
-    replay.update_priorities(batch.index, m["td_error"])
+    if replay.prioritized:  # a uniform buffer refuses priorities
+        replay.update_priorities(batch.index, m["td_error"])
     for k, v in m.items():
         if k != "td_error":
             metrics.setdefault(k, []).append(float(v))

@@ -20,12 +20,16 @@ Example::
     buffer = her.HerReplayBuffer(storage, env.unwrapped.compute_reward, strategy="future", n_sampled_goal=4)
     buffer.add(obs, action, reward, next_obs, terminated, truncated)   # one step of each env
     batch = buffer.sample(256)                                          # her.Batch of numpy arrays
-    buffer.update_priorities(batch.index, td_error)                     # with a PrioritizedSampler
+    buffer.update_priorities(batch.index, td_error)                     # with a PrioritizedSampler only
+
+A goal env that ends episodes on success passes its vectorized ``compute_terminated`` too
+(``HerReplayBuffer(storage, env.unwrapped.compute_reward, compute_terminated=...)``): ``terminated`` is then
+recomputed for relabeled goals.
 
 Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
-from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
+from .buffer import Batch, HerReplayBuffer, check_compute_reward, check_goal_fn_signature, resolve_pieces
 from .relabel import (
     STRATEGIES,
     EpisodeGoals,
@@ -39,7 +43,7 @@ from .relabel import (
     RelabelStrategy,
     make_relabeler,
 )
-from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, make_returns
+from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, TerminatedFn, make_returns
 from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import EpisodeStorage, storage_from_env
 from .trees import MaxTree, MinTree, SegmentTree, SumTree
@@ -70,8 +74,10 @@ __all__ = [
     "Sampler",
     "SegmentTree",
     "SumTree",
+    "TerminatedFn",
     "UniformSampler",
     "check_compute_reward",
+    "check_goal_fn_signature",
     "make_relabeler",
     "make_returns",
     "resolve_pieces",

@@ -8,7 +8,9 @@ each sampled transition's record once and hands it to the pieces. Semantics: ``d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +18,12 @@ import numpy as np
 
 from ._util import filled
 from .relabel import Relabeler, make_relabeler
-from .returns import Returns, RewardFn, SuccessFn, make_returns
+from .returns import Returns, RewardFn, SuccessFn, TerminatedFn, make_returns
 from .samplers import Sampler, UniformSampler
 from .storage import EpisodeStorage, check_is_storage
 
-__all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "check_compute_reward", "resolve_pieces"]
-
+__all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "TerminatedFn", "check_compute_reward",
+           "resolve_pieces"]
 
 
 @dataclass
@@ -35,7 +37,8 @@ class Batch:
         reward: float32 [B] (n-step) return ``sum_{j<m} gamma^j r_{t+j}``, rewards recomputed for the goal.
         next_observation: float32 [B, *obs] bootstrap state s_{t+m}.
         discount: float32 [B] ``gamma^m``, the discount of the bootstrap value.
-        terminated: bool [B] s_{t+m} is a true terminal state (no bootstrapping).
+        terminated: bool [B] s_{t+m} is a true terminal state (no bootstrapping): the stored flag, or with
+            ``compute_terminated`` the recomputed one for ``desired_goal``.
         weight: float32 [B] importance-sampling weights (ones without prioritized replay).
         index: int64 [B] storage slots, for ``update_priorities``.
         relabeled: bool [B] the goal was relabeled.
@@ -89,24 +92,48 @@ def _torch() -> Any:
 _TORCH: Any = None
 
 
-def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], info: Any = None) -> bool:
-    """Refuse a reward function that is not vectorized over a batch of goals.
+def check_goal_fn_signature(fn: Callable, name: str = "compute_reward") -> None:
+    """Refuse a callable that cannot be called as ``fn(achieved_goal, desired_goal, info)`` (three positional
+    arguments, the way the buffer calls it), naming ``name`` and the signature it has. Callables whose
+    signature cannot be read (some builtins) pass.
 
-    It is called with 7 goals of ``goal_shape`` (``info``: None or ``{key: [7, ...]}``). When that call raises,
-    it is called once more with one unbatched goal: if that works the function is not vectorized and is refused;
-    if that raises too the function cannot be probed yet (e.g. an env's ``compute_reward`` that reads state set
-    by its first ``reset``), and the check is left to the first real sample, where every batch's reward shape is
-    checked anyway.
+    Raises:
+        TypeError: not callable, or a signature that does not take three positional arguments.
+    """
+    if not callable(fn):
+        raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(None, None, None)
+    except TypeError:
+        own = getattr(fn, "__qualname__", type(fn).__qualname__).rsplit("<locals>.", 1)[-1]
+        raise TypeError(f"{name} must take three positional arguments (achieved_goal, desired_goal, info), got "
+                        f"{own}{sig}; add an info parameter (info=None if it is not used)") from None
+
+
+def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], info: Any = None,
+                         name: str = "compute_reward") -> bool:
+    """Refuse a reward function that does not take ``(achieved_goal, desired_goal, info)`` or is not vectorized
+    over a batch of goals.
+
+    Its signature is read first (:func:`check_goal_fn_signature`). Then it is called with 7 goals of
+    ``goal_shape`` (``info``: None or ``{key: [7, ...]}``). When that call raises, it is called once more with one
+    unbatched goal: if that works the function is not vectorized and is refused; if that raises too the function
+    cannot be probed yet (e.g. an env's ``compute_reward`` that reads state set by its first ``reset``), and the
+    check is left to the first real sample, where every batch's shape is checked anyway. ``name``: the name in
+    the messages (``"compute_terminated"`` checks that function the same way).
 
     Returns:
         True when checked, False when it could not be probed yet.
 
     Raises:
-        TypeError: compute_reward is not callable.
+        TypeError: compute_reward is not callable, or does not take three positional arguments.
         ValueError: it fails on 7 goals but works on one, or returns a shape other than (7,) for 7 goals.
     """
-    if not callable(compute_reward):
-        raise TypeError(f"compute_reward must be callable, got {type(compute_reward).__name__}")
+    check_goal_fn_signature(compute_reward, name)
     g = np.zeros((7, *goal_shape), np.float32)
     try:
         r = np.asarray(compute_reward(g, g + 1.0, info))
@@ -117,15 +144,36 @@ def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], 
         except Exception:
             return False  # fails unbatched as well: not (yet) callable here, so nothing is learned about batching
         raise ValueError(
-            "compute_reward must be vectorized: compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) "
+            f"{name} must be vectorized: {name}(achieved_goal [N, *g], desired_goal [N, *g], info) "
             f"-> [N]; calling it with 7 goals of shape {goal_shape} failed: {exc!r}"
         ) from exc
     if r.shape != (7,):
-        raise ValueError(
-            "compute_reward must be vectorized: for 7 goals it must return shape (7,), "
-            f"got shape {r.shape}"
-        )
+        raise ValueError(f"{name} must be vectorized: for 7 goals it must return shape (7,), got shape {r.shape}")
     return True
+
+
+def _takes_keyword(fn: Callable, keyword: str) -> bool:
+    """Whether ``fn`` accepts ``keyword=`` (True when its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == keyword and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind == p.VAR_KEYWORD
+               for p in params)
+
+
+def _refuse_non_finite(reward: np.ndarray, slots: np.ndarray) -> None:
+    """ValueError when a sampled return is NaN or infinite: compute_reward gave NaN/inf for some goal. A dot
+    product (NaN and inf propagate; ~1 us, half of a sum's ufunc reduce) is the fast path; the element check
+    runs only when it is not finite (also on an overflow of finite values)."""
+    if math.isfinite(reward.dot(reward)):
+        return
+    bad = np.flatnonzero(~np.isfinite(reward))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"compute_reward returned NaN or inf rewards: {bad.size} of {len(reward)} sampled "
+                         f"transitions have a non-finite return (first at batch row {i}, storage slot "
+                         f"{int(slots[i])}: {reward[i]}); HER cannot learn from them")
 
 
 class HerReplayBuffer:
@@ -139,7 +187,14 @@ class HerReplayBuffer:
     Args:
         storage: the ``EpisodeStorage``.
         compute_reward: vectorized reward function (see ``RewardFn``); required for goal storages, checked at
-            set-up. Every sampled reward is recomputed with it, real and relabeled, in one call per batch.
+            set-up (signature, then a 7-goal probe). Every sampled reward is recomputed with it, real and
+            relabeled, in one call per batch; a NaN or inf reward raises ValueError at sampling.
+        compute_terminated: optional vectorized termination function (see ``TerminatedFn``, gymnasium-robotics'
+            ``GoalEnv.compute_terminated``), checked like compute_reward. When given, the ``terminated`` of every
+            sampled transition, real and relabeled, is recomputed for its goal in the same call as the reward
+            (so a relabeled success stops bootstrapping, and a real terminal relabeled to a goal it does not
+            achieve does not), and an n-step window ends at its first terminal step. None: the stored flags
+            (the episode's real end). Pass it for envs that end episodes on success; Fetch never terminates.
         sampler: which transitions; default ``UniformSampler(storage)`` (``PrioritizedSampler`` for PER).
         relabeler: which goals (goal storages); default ``make_relabeler(strategy, n_sampled_goal, ...)``.
         returns: which returns; default ``make_returns(n_step, gamma, stop_at_success, compute_success)``.
@@ -157,8 +212,12 @@ class HerReplayBuffer:
 
     Raises:
         ValueError / TypeError: ``storage`` not an ``EpisodeStorage``, a bad ``seed``, inconsistent arguments, a
-            piece and its shorthand both given, a non-vectorized compute_reward.
+            piece and its shorthand both given, a non-vectorized compute_reward or compute_terminated (ValueError),
+            one that does not take ``(achieved_goal, desired_goal, info)`` (TypeError), compute_terminated for a
+            goal-free storage or with a ``returns`` object whose ``build`` does not take it.
     """
+
+    compute_terminated: TerminatedFn | None = None  # class default: buffers pickled before it existed load
 
     def __init__(
         self,
@@ -175,6 +234,7 @@ class HerReplayBuffer:
         gamma: float = 0.98,
         stop_at_success: bool = False,
         compute_success: SuccessFn | None = None,
+        compute_terminated: TerminatedFn | None = None,
         seed: int | None = None,
     ) -> None:
         check_is_storage(storage)
@@ -191,7 +251,16 @@ class HerReplayBuffer:
             info0 = {k: np.zeros((7, *s), np.float32) for k, s in storage.info_shapes.items()} or None
             # False: it could not be probed yet (an env that needs a reset first); sampling checks every shape
             check_compute_reward(compute_reward, storage.goal_shape, info0)
+        if compute_terminated is not None:
+            if not storage.has_goals:
+                raise ValueError("compute_terminated needs a goal storage (this one was built without goal_shape: "
+                                 "its stored terminated flags are used)")
+            if not _takes_keyword(self.returns.build, "compute_terminated"):
+                raise TypeError(f"compute_terminated is given, but {type(self.returns).__name__}.build does not "
+                                "take compute_terminated=None: add that keyword to it")
+            check_compute_reward(compute_terminated, storage.goal_shape, info0, name="compute_terminated")
         self.compute_reward = compute_reward
+        self.compute_terminated = compute_terminated
         self.rng = np.random.default_rng(seed)
 
     @property
@@ -203,6 +272,11 @@ class HerReplayBuffer:
     def n_step(self) -> int:
         """The returns' n (1 for a returns object without ``n_step``)."""
         return int(getattr(self.returns, "n_step", 1))
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the sampler is prioritized, i.e. whether :meth:`update_priorities` applies."""
+        return bool(getattr(self.sampler, "prioritized", False))
 
     # -- writing (delegates)
     def add(self, *args: Any, **kwargs: Any) -> list[tuple[int, int]]:
@@ -243,7 +317,20 @@ class HerReplayBuffer:
         return self._build(slots, filled(len(slots), 1.0, "float32"))
 
     def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
-        """Pass the TD errors of a trained batch to the sampler (a no-op for uniform sampling)."""
+        """Pass the TD errors of a trained batch to the prioritized sampler.
+
+        Args:
+            index: int [B] the batch's ``index``.
+            td_error: float [B] or [B, 1] its TD errors (sign ignored).
+        Raises:
+            ValueError: the sampler is not prioritized (the priorities would be ignored: call this only when
+                :attr:`prioritized`), or bad arguments (see ``PrioritizedSampler.update_priorities``).
+            IndexError: a slot outside the storage.
+        """
+        if not self.prioritized:
+            raise ValueError(f"update_priorities: this buffer samples uniformly ({type(self.sampler).__name__}), so "
+                             "priorities would be ignored; pass sampler=her.PrioritizedSampler(storage) for "
+                             "prioritized replay, or skip the call when not buffer.prioritized")
         self.sampler.update_priorities(index, td_error)
 
     def _build(self, slots: np.ndarray, weight: np.ndarray) -> Batch:
@@ -254,7 +341,13 @@ class HerReplayBuffer:
             goals, relabeled = self.relabeler.relabel(st, slots, rec, self.rng)
         else:
             goals, relabeled = None, np.zeros(len(slots), bool)
-        ret = self.returns.build(st, slots, rec, goals, self.compute_reward)
+        if self.compute_terminated is None:  # keeps custom returns without the keyword working
+            ret = self.returns.build(st, slots, rec, goals, self.compute_reward)
+        else:
+            ret = self.returns.build(st, slots, rec, goals, self.compute_reward,
+                                     compute_terminated=self.compute_terminated)
+        if goals is not None:  # stored rewards are checked when stored; recomputed ones here
+            _refuse_non_finite(ret.reward, slots)
         # Fields are strided views of the freshly gathered records (no copies; torch.from_numpy accepts them).
         return Batch(
             observation=rec["observation"],

@@ -8,6 +8,9 @@ Semantics: ``docs/semantics.md``.
   Williams 1996; Hessel et al. 2018, "Rainbow", Sec. 3); optionally the window ends where ``g'`` is first
   achieved (Yang et al. 2021, "Bias-reduced multi-step hindsight experience replay"). ``n = 1`` is exactly
   :class:`OneStepReturn`.
+- With ``compute_terminated`` (a goal env's own, see ``TerminatedFn``) every sampled transition's ``terminated``
+  is recomputed for its goal too, ``d_t = compute_terminated(ag_{t+1}, g', info_t)``, and an n-step window ends
+  at its first such step; without it the stored flags are used (the episode's real end).
 
 Any object with the :class:`Returns` method plugs into ``HerReplayBuffer``.
 """
@@ -22,7 +25,8 @@ import numpy as np
 from ._util import filled
 from .storage import EpisodeStorage
 
-__all__ = ["NStepReturn", "OneStepReturn", "ReturnBatch", "Returns", "RewardFn", "SuccessFn", "make_returns"]
+__all__ = ["NStepReturn", "OneStepReturn", "ReturnBatch", "Returns", "RewardFn", "SuccessFn", "TerminatedFn",
+           "make_returns"]
 
 RewardFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
 """``compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info) -> reward [N]``, vectorized over N.
@@ -33,6 +37,12 @@ storage keeps no info keys (gymnasium-robotics' Fetch envs ignore it)."""
 
 SuccessFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``compute_success(achieved_goal [N, *g], desired_goal [N, *g]) -> bool [N]``."""
+
+TerminatedFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
+"""``compute_terminated(achieved_goal [N, *g], desired_goal [N, *g], info) -> bool [N]`` (or 0/1 numbers),
+vectorized over N, called with the same arguments as ``compute_reward``: gymnasium-robotics' ``GoalEnv`` API
+(``env.step``'s ``terminated`` is ``compute_terminated(ag, g, info)``). A termination that does not depend on
+the goal (a crash) must be readable from the stored ``info`` keys, as that API asks."""
 
 
 class ReturnBatch(NamedTuple):
@@ -69,6 +79,9 @@ class Returns(Protocol):
             records: ``storage.gather(slots)``.
             goals: float32 [B, *g] the goals to train with (None for a goal-free storage: use stored rewards).
             compute_reward: vectorized ``compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info)``.
+
+        A class that also takes ``compute_terminated=None`` (a :data:`TerminatedFn`; the built-in ones do) can
+        be used with ``HerReplayBuffer(..., compute_terminated=...)``, which passes it by keyword.
         """
         ...
 
@@ -84,6 +97,25 @@ def rewards(compute_reward: RewardFn, achieved_goal: np.ndarray, goals: np.ndarr
     if r.shape != (n,):
         raise ValueError(f"compute_reward returned shape {r.shape}, expected ({n},)")
     return r
+
+
+def terminals(compute_terminated: TerminatedFn, achieved_goal: np.ndarray, goals: np.ndarray, info: dict | None,
+              n: int) -> np.ndarray:
+    """``compute_terminated(achieved_goal, goals, info)`` as bool [n].
+
+    Raises:
+        ValueError: it returned another shape (e.g. a scalar: not vectorized), or NaN.
+    """
+    d = np.asarray(compute_terminated(achieved_goal, goals, info or None))
+    if d.shape != (n,):
+        raise ValueError(f"compute_terminated returned shape {d.shape}, expected ({n},): it must be vectorized, "
+                         "compute_terminated(achieved_goal [N, *g], desired_goal [N, *g], info) -> bool [N]")
+    if d.dtype == np.bool_:
+        return d
+    if d.dtype.kind == "f" and np.isnan(d).any():  # bool(NaN) is True: a NaN would end windows silently
+        raise ValueError(f"compute_terminated returned NaN for {int(np.isnan(d).sum())} of {n} goals (first at "
+                         f"row {int(np.flatnonzero(np.isnan(d))[0])})")
+    return d.astype(bool)
 
 
 def _check_gamma(gamma: float) -> float:
@@ -104,15 +136,17 @@ class OneStepReturn:
     def __init__(self, gamma: float = 0.98) -> None:
         self.gamma = _check_gamma(gamma)
 
-    def build(self, storage, slots, records, goals, compute_reward):
+    def build(self, storage, slots, records, goals, compute_reward, compute_terminated=None):
         B = len(slots)
+        terminated = records["terminated"]
         if goals is not None:  # each record keeps ag_{t+1}: no gather of the next state needed for the reward
             info = {k: records["info." + k] for k in storage.info_shapes} if storage.info_shapes else None
             r = rewards(compute_reward, records["next_achieved_goal"], goals, info, B)
+            if compute_terminated is not None:
+                terminated = terminals(compute_terminated, records["next_achieved_goal"], goals, info, B)
         else:
             r = records["reward"]
-        return ReturnBatch(r, filled(B, self.gamma, "float32"), records["terminated"], slots + 1,
-                           filled(B, 1, "int64"))
+        return ReturnBatch(r, filled(B, self.gamma, "float32"), terminated, slots + 1, filled(B, 1, "int64"))
 
     def __repr__(self) -> str:
         return f"OneStepReturn(gamma={self.gamma})"
@@ -128,8 +162,13 @@ class NStepReturn:
             ``compute_success``.
         compute_success: vectorized ``compute_success(achieved_goal [N, *g], desired_goal [N, *g]) -> bool [N]``.
 
+    ``build(..., compute_terminated=fn)``: the window also ends at the first step ``j`` with
+    ``fn(ag_{t+j+1}, g', info_{t+j})`` true (its reward counted, none after it), and ``terminated`` is whether
+    the window's last step is such a step; otherwise the stored flags (the episode's real end) decide.
+
     Raises:
-        ValueError: n not an integer >= 1, gamma not in (0, 1], stop_at_success without compute_success.
+        ValueError: n not an integer >= 1, gamma not in (0, 1], stop_at_success without compute_success;
+            ``build``: compute_reward / compute_terminated returning another shape than ``[B * n]``.
     """
 
     def __init__(self, n_step: int = 3, gamma: float = 0.98, stop_at_success: bool = False,
@@ -143,7 +182,7 @@ class NStepReturn:
         self._powers = (self.gamma ** np.arange(self.n_step + 1)).astype(np.float32)
         self._window = np.arange(self.n_step)
 
-    def build(self, storage, slots, records, goals, compute_reward):
+    def build(self, storage, slots, records, goals, compute_reward, compute_terminated=None):
         st, n, B, rec = storage, self.n_step, len(slots), records
         if goals is None and self.stop_at_success:
             raise ValueError("stop_at_success needs a goal storage and compute_success(achieved_goal, desired_goal)")
@@ -162,12 +201,19 @@ class NStepReturn:
                 hit = np.asarray(self.compute_success(ag_next, g_rep), bool).reshape(B, n) & valid
                 first = np.where(hit.any(1), hit.argmax(1), n)
                 valid &= self._window <= first[:, None]
+            if compute_terminated is not None:  # the window ends at the first terminal step for the goal
+                ends = terminals(compute_terminated, ag_next, g_rep, info, B * n).reshape(B, n) & valid
+                first_end = np.where(ends.any(1), ends.argmax(1), n)
+                valid &= self._window <= first_end[:, None]
         else:
             r = wrec["reward"].reshape(B, n)
-        m = valid.sum(1) if self.stop_at_success else np.minimum(left, n).astype(np.int64)
+        cut = self.stop_at_success or (compute_terminated is not None and goals is not None)
+        m = valid.sum(1) if cut else np.minimum(left, n).astype(np.int64)
         ret = np.where(valid, r, np.float32(0.0)) @ self._powers[:n]
-        # The window ends in a true terminal state only at its episode's last transition.
-        terminated = rec["episode_terminated"] & (m == left)
+        if compute_terminated is not None and goals is not None:
+            terminated = first_end == m - 1  # its last step is terminal for the goal (not cut earlier by success)
+        else:  # the window ends in a true terminal state only at its episode's last transition
+            terminated = rec["episode_terminated"] & (m == left)
         return ReturnBatch(ret, self._powers[m], terminated, slots + m, m)
 
     def __repr__(self) -> str:

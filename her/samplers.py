@@ -34,7 +34,8 @@ class Sampler(Protocol):
         ...
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
-        """TD errors of the trained batch (a no-op for non-prioritized samplers)."""
+        """TD errors of the trained batch; ``HerReplayBuffer`` calls it only when ``prioritized`` is True (and
+        raises ValueError otherwise)."""
         ...
 
     def state_dict(self) -> dict: ...
@@ -45,8 +46,9 @@ class Sampler(Protocol):
 class UniformSampler:
     """Uniform draws over the sampleable transitions of an ``EpisodeStorage``.
 
-    Weights are all ones. ``update_priorities`` is accepted and ignored, so a training loop can call it
-    whatever the sampler.
+    Weights are all ones. ``update_priorities`` raises ValueError: priorities would be ignored, and a silent
+    no-op hides a prioritized replay that was meant but not built (a loop for either sampler calls it only when
+    ``sampler.prioritized`` / ``buffer.prioritized``).
     """
 
     prioritized = False
@@ -90,13 +92,13 @@ class UniformSampler:
         return cand[st.sampleable.take(cand)]
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
-        """Checks the arguments like :class:`PrioritizedSampler` does (so a loop that runs with uniform sampling
-        runs with prioritized sampling too) and ignores them.
+        """Refused: uniform sampling has no priorities.
 
         Raises:
-            ValueError: non-integer slots, lengths that differ, or a NaN or infinite TD error.
+            ValueError: always.
         """
-        _check_slots_and_td_errors(slots, td_error)
+        raise ValueError("update_priorities: a UniformSampler has no priorities; use her.PrioritizedSampler(storage) "
+                         "for prioritized replay, or skip the call when not sampler.prioritized")
 
     def state_dict(self) -> dict:
         return {}

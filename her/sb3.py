@@ -40,7 +40,7 @@ What ``sample`` returns (``DictReplayBufferSamples``):
 - ``rewards`` [B, 1]: recomputed with ``compute_reward`` for that goal; with ``n_step > 1`` the n-step return
   ``sum_{j<m} gamma^j r_{t+j}`` (``m = min(n, steps to the episode end)``).
 - ``dones`` [B, 1]: 1.0 only where ``s_{t+m}`` is a true terminal state (never for a time-limit end), so SB3's
-  ``r + (1 - dones) * gamma * Q'`` is right.
+  ``r + (1 - dones) * gamma * Q'`` is right; with ``compute_terminated=`` it is recomputed for the sampled goal.
 - ``discounts``: SB3's algorithms multiply the bootstrap value by ``gamma`` themselves, which is only right for
   one-step returns. With ``n_step == 1`` the field is left ``None`` (SB3 uses its own ``gamma``). With
   ``n_step > 1`` it is ``gamma ** m`` [B, 1], which SAC/TD3/DDPG/DQN use instead of ``gamma`` in SB3 versions
@@ -163,6 +163,9 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         prioritized: proportional prioritized replay; needs a custom train step (see the module docstring).
         alpha, beta0, beta_annealing_steps, eps, td_error_clip: ``her.PrioritizedSampler`` settings.
         compute_reward: vectorized ``compute_reward(achieved_goal, desired_goal, info)``; default: the env's.
+        compute_terminated: optional vectorized ``compute_terminated(achieved_goal, desired_goal, info)`` of an
+            env that ends episodes on success: ``dones`` are then recomputed for the sampled goal (see
+            ``her.HerReplayBuffer``); default None: the stored ends.
         max_episode_steps: usual episode length; default: the env's spec, else 50 (longer episodes still fit).
         info_keys: ``{key: shape}`` of ``infos[i][key]`` to store and pass to ``compute_reward`` as
             ``info={key: [N, *shape]}`` (default none: ``info=None``; Fetch envs ignore it).
@@ -198,6 +201,7 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         eps: float = 1e-6,
         td_error_clip: float | None = None,
         compute_reward: Any = None,
+        compute_terminated: Any = None,
         max_episode_steps: int | None = None,
         info_keys: Mapping[str, tuple[int, ...]] | None = None,
         copy_info_dict: bool = False,
@@ -252,7 +256,8 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         in_process = compute_reward is not None or bool(getattr(_unwrap_vec_env(env), "envs", None))
         self.her = HerReplayBuffer(self.storage, reward_fn if in_process else _not_callable_yet,
                                    strategy=strategy, n_sampled_goal=self.n_sampled_goal, n_step=self.n_step,
-                                   gamma=0.99 if gamma is None else gamma, sampler=sampler, seed=seed)
+                                   gamma=0.99 if gamma is None else gamma, sampler=sampler, seed=seed,
+                                   compute_terminated=compute_terminated)
         self.her.compute_reward = reward_fn
         self._last_next: dict[str, np.ndarray] | None = None  # per env: the last next state staged
         self._awaiting_priorities = False
@@ -402,7 +407,14 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
 
         ``td_error``: [B] or [B, 1], numpy or torch (sign ignored; for twin critics pass e.g. the mean or max
         of their errors).
+
+        Raises:
+            ValueError: the buffer was built with ``prioritized=False`` (priorities would be ignored), no batch
+                sampled yet, or bad TD errors.
         """
+        if not self.prioritized:
+            raise ValueError("update_priorities: this HerSB3ReplayBuffer samples uniformly, so priorities would be "
+                             "ignored; pass prioritized=True in replay_buffer_kwargs for prioritized replay")
         if isinstance(td_error, th.Tensor):
             td_error = td_error.detach().cpu().numpy()
         idx = self.last_index if index is None else index

@@ -55,6 +55,14 @@ def tag_success(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarr
     return np.all(np.asarray(achieved_goal) == np.asarray(desired_goal), axis=-1)
 
 
+def tag_terminated(achieved_goal: np.ndarray, desired_goal: np.ndarray, info=None) -> np.ndarray:
+    """A vectorized compute_terminated: the goal is reached, or (goal-independent, read from info) ``w == 4``."""
+    d = np.all(np.asarray(achieved_goal) == np.asarray(desired_goal), axis=-1)
+    if info is not None:
+        d = d | (np.asarray(info["w"])[..., 0] == 4)
+    return d
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Tag episodes, stepped through storage.add from n_envs interleaved envs
 # ---------------------------------------------------------------------------------------------------------
@@ -241,26 +249,34 @@ class RefTransition:
 
 
 def reference_transition(ep: TagEpisode, t: int, goal: np.ndarray, n: int, gamma: float, reward_fn,
-                         use_info: bool = True, stop_at_success: bool = False) -> RefTransition:
+                         use_info: bool = True, stop_at_success: bool = False,
+                         terminated_fn=None) -> RefTransition:
     """n-step return of transition t of ``ep`` for goal ``goal``, by the book:
     ``m = min(n, T - t, steps to the first terminated)`` (a terminated episode ends at T, so the first
     terminated is the last transition), ``R = sum_{j<m} gamma^j r_{t+j}`` with every r recomputed for the goal,
     bootstrap from ``s_{t+m}``; with ``stop_at_success`` the window also ends at the first step whose next
-    state achieves the goal."""
+    state achieves the goal. With ``terminated_fn`` (a compute_terminated) the stored ends are ignored: step j is
+    terminal when ``terminated_fn(ag_{t+j+1}, goal, info_{t+j})``, the window ends at the first one (its reward
+    counted) and is terminated when its last step is terminal."""
     m = min(n, ep.length - t)
     ret = 0.0
+    d = False
     for j in range(m):
         info = {"w": np.array([[ep.info(t + j)]], np.float32)} if use_info else None
         r = float(reward_fn(ep.ag(t + j + 1)[None], goal[None], info)[0])
         ret += gamma**j * r
-        if stop_at_success and np.array_equal(ep.ag(t + j + 1), goal):
+        success = stop_at_success and np.array_equal(ep.ag(t + j + 1), goal)
+        d = terminated_fn is not None and bool(terminated_fn(ep.ag(t + j + 1)[None], goal[None], info)[0])
+        if success or d:
             m = j + 1
             break
-    return RefTransition(ret, m, ep.obs(t + m), gamma**m, ep.terminated and t + m == ep.length)
+    terminated = d if terminated_fn is not None else ep.terminated and t + m == ep.length
+    return RefTransition(ret, m, ep.obs(t + m), gamma**m, terminated)
 
 
 def check_batch(batch: her.Batch, run: TagRun, live: list[int], *, strategy: str, n: int = 1, gamma: float = 0.98,
-                reward_fn=tag_reward, use_info: bool = True, stop_at_success: bool = False) -> None:
+                reward_fn=tag_reward, use_info: bool = True, stop_at_success: bool = False,
+                terminated_fn=None) -> None:
     """Check every row of a batch against the reference: a live, complete episode; goal drawn from the
     strategy's range (or the original goal); (n-step) return, bootstrap state, discount and terminal flag."""
     live_set = set(live)
@@ -286,7 +302,7 @@ def check_batch(batch: her.Batch, run: TagRun, live: list[int], *, strategy: str
             assert int(g[1]) in goal_steps(strategy, t, ep.length), f"row {i}: t={t} T={ep.length} goal {g}"
         else:
             np.testing.assert_array_equal(g, DESIRED)
-        ref = reference_transition(ep, t, g, n, gamma, reward_fn, use_info, stop_at_success)
+        ref = reference_transition(ep, t, g, n, gamma, reward_fn, use_info, stop_at_success, terminated_fn)
         assert batch.n_steps[i] == ref.m, f"row {i}: m {batch.n_steps[i]} != {ref.m} (t={t}, T={ep.length})"
         np.testing.assert_array_equal(batch.next_observation[i], ref.next_obs)
         np.testing.assert_allclose(batch.reward[i], ref.reward, rtol=1e-5, atol=1e-4)

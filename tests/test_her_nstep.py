@@ -1,5 +1,6 @@
 """n-step returns against a brute-force reference: windows cut at the episode end and at termination, every
-reward recomputed for the (relabeled) goal, bootstrap state and discount, n = 1, stop_at_success."""
+reward recomputed for the (relabeled) goal, bootstrap state and discount, n = 1, stop_at_success, terminal flags
+recomputed by compute_terminated."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from conftest import (
     tag_reward,
     tag_setups,
     tag_success,
+    tag_terminated,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -67,6 +69,27 @@ def test_stop_at_success_ends_the_window_at_the_first_success(p):
     buf = _buffer(p, storage, stop_at_success=True, compute_success=tag_success)
     batch = buf.sample(128)
     check_batch(batch, run, live, strategy=p["strategy"], n=p["n"], gamma=p["gamma"], stop_at_success=True)
+
+
+@SETTINGS
+@given(nstep_setups(), st.booleans(), st.booleans())
+def test_compute_terminated_recomputes_every_terminal_flag_and_ends_windows_at_the_first(p, use_info, success):
+    """With compute_terminated the stored ends are ignored: every row's windows end at the first step terminal for
+    its goal (reached, or the info-borne w == 4), across wrap, strategies, samplers, n and stop_at_success."""
+    storage = make_tag_storage(p["capacity"], p["n_envs"], p["mes"], info=use_info)
+    run = TagEnvs(storage, p["schedules"]).step(p["n_steps"])
+    live = reference_live(run, storage.n_slots)
+    if not live:
+        return
+    kw = {"stop_at_success": True, "compute_success": tag_success} if success else {}
+    buf = _buffer(p, storage, compute_terminated=tag_terminated, **kw)
+    ref = {"strategy": p["strategy"], "n": p["n"], "gamma": p["gamma"], "use_info": use_info,
+           "stop_at_success": success, "terminated_fn": tag_terminated}
+    batch = buf.sample(128)
+    check_batch(batch, run, live, **ref)
+    if p["prioritized"]:
+        buf.update_priorities(batch.index, np.random.default_rng(p["seed"]).normal(size=len(batch)))
+        check_batch(buf.sample(128), run, live, **ref)
 
 
 def test_stop_at_success_with_final_goal_example():

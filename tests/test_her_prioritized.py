@@ -493,13 +493,11 @@ def test_prioritized_sampler_refuses_bad_settings(kw, match):
         her.PrioritizedSampler(make_tag_storage(50), **kw)
 
 
-@pytest.mark.parametrize("prioritized", [False, True])
-def test_update_priorities_checks_its_arguments_with_either_sampler(prioritized):
-    # a loop written against the uniform sampler must not break when switched to prioritized replay
+def test_update_priorities_checks_its_arguments():
     storage = make_tag_storage(50)
     add_tag_episode(storage, TagRun(), 5)
-    sampler = her.PrioritizedSampler(storage) if prioritized else None
-    buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, seed=0)
+    buf = her.HerReplayBuffer(storage, tag_reward, sampler=her.PrioritizedSampler(storage), seed=0)
+    assert buf.prioritized
     b = buf.sample(4)
     with pytest.raises(ValueError, match=r"with B = 4 slots, got shape \(3,\)"):
         buf.update_priorities(b.index, np.ones(3))
@@ -507,10 +505,44 @@ def test_update_priorities_checks_its_arguments_with_either_sampler(prioritized)
         buf.update_priorities(b.index, np.array([1.0, np.nan, 1.0, 1.0]))
     with pytest.raises(ValueError, match="slots must be integers"):
         buf.update_priorities(b.index + 0.5, np.ones(4))
-    if prioritized:
-        with pytest.raises(IndexError, match=r"slots must be in \[0, "):
-            buf.update_priorities(np.array([10**9]), np.ones(1))
+    with pytest.raises(IndexError, match=r"slots must be in \[0, "):
+        buf.update_priorities(np.array([10**9]), np.ones(1))
     buf.update_priorities(b.index, np.ones(4))
+
+
+def test_update_priorities_on_a_uniform_buffer_is_an_error_not_a_silent_no_op():
+    storage = make_tag_storage(50)
+    add_tag_episode(storage, TagRun(), 5)
+    buf = her.HerReplayBuffer(storage, tag_reward, seed=0)
+    assert not buf.prioritized
+    b = buf.sample(4)
+    with pytest.raises(ValueError) as err:
+        buf.update_priorities(b.index, np.ones(4))
+    assert str(err.value) == ("update_priorities: this buffer samples uniformly (UniformSampler), so priorities "
+                              "would be ignored; pass sampler=her.PrioritizedSampler(storage) for prioritized "
+                              "replay, or skip the call when not buffer.prioritized")
+    with pytest.raises(ValueError, match="a UniformSampler has no priorities"):
+        buf.sampler.update_priorities(b.index, np.ones(4))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_the_training_loops_learn_step_updates_priorities_only_when_prioritized(prioritized):
+    from her_agents.collect import learn_step
+
+    storage = make_tag_storage(50)
+    add_tag_episode(storage, TagRun(), 5)
+    sampler = her.PrioritizedSampler(storage) if prioritized else None
+    buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, seed=0)
+
+    class Agent:
+        def update(self, batch):
+            return {"critic_loss": 1.0, "td_error": np.full(len(batch), 3.0, np.float32)}
+
+    metrics = {}
+    learn_step(Agent(), buf, 8, metrics)
+    assert metrics == {"critic_loss": [1.0]}
+    if prioritized:
+        assert buf.sampler.max_priority == pytest.approx((3.0 + 1e-6) ** 0.6)
 
 
 def test_sample_and_batch_from_slots_refuse_bad_arguments():

@@ -275,6 +275,73 @@ def test_reward_function_returning_a_wrong_shape_during_sampling_raises():
         buf.sample(16)
 
 
+@pytest.mark.parametrize("n_step", [1, 3])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_compute_reward_returning_nan_or_inf_is_refused_at_sampling_naming_the_count(n_step, bad):
+    """Stored NaN rewards are refused when stored; recomputed ones must not reach the batch either."""
+    storage = make_tag_storage(100)
+    add_tag_episode(storage, TagRun(), 5)
+
+    def bad_for_real_goals(achieved_goal, desired_goal, info):  # finite on the set-up probe's goals
+        r = tag_reward(achieved_goal, desired_goal, info)
+        return np.where(np.asarray(desired_goal)[:, 0] == DESIRED[0], np.float32(bad), r)
+
+    buf = her.HerReplayBuffer(storage, bad_for_real_goals, n_sampled_goal=1, n_step=n_step, seed=0)
+    with pytest.raises(ValueError) as err:
+        buf.sample(64)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("compute_reward returned NaN or inf rewards: ")
+    b = her.HerReplayBuffer(storage, tag_reward, n_sampled_goal=1, n_step=n_step, seed=0).sample(64)
+    real = np.flatnonzero(~b.relabeled)  # same seed, same draws: the rows that got NaN / inf
+    assert f"{real.size} of 64 sampled transitions" in msg and f"first at batch row {real[0]}," in msg
+
+
+def test_nan_rewards_outside_every_n_step_window_are_not_refused():
+    """The n-step call also covers steps past an episode's end (masked out): NaN there is never used."""
+    storage = make_tag_storage(100, info=False)
+    add_tag_episode(storage, TagRun(), 5)
+
+    def nan_past_the_end(achieved_goal, desired_goal, info):  # the empty slots after the episode: ag (0, 0)
+        r = sparse_reward(achieved_goal, desired_goal)
+        return np.where(np.all(np.asarray(achieved_goal) == 0, axis=-1), np.float32(np.nan), r)
+
+    b = her.HerReplayBuffer(storage, nan_past_the_end, n_step=4, seed=0).sample(500)
+    assert np.isfinite(b.reward).all() and (b.n_steps < 4).any()
+
+
+def two_args(achieved_goal, desired_goal):
+    return sparse_reward(achieved_goal, desired_goal)
+
+
+def keyword_only_info(achieved_goal, desired_goal, *, info):
+    return sparse_reward(achieved_goal, desired_goal)
+
+
+class CallableWithInfo:
+    def __call__(self, achieved_goal, desired_goal, info):
+        return sparse_reward(achieved_goal, desired_goal)
+
+
+@pytest.mark.parametrize("fn, shown", [(two_args, "two_args(achieved_goal, desired_goal)"),
+                                       (keyword_only_info, "keyword_only_info(achieved_goal, desired_goal, *, info)"),
+                                       (lambda ag, dg: sparse_reward(ag, dg), "<lambda>(ag, dg)")])
+def test_a_compute_reward_without_an_info_parameter_is_refused_at_construction(fn, shown):
+    storage = make_tag_storage(100)
+    with pytest.raises(TypeError) as err:
+        her.HerReplayBuffer(storage, fn)
+    assert str(err.value) == (f"compute_reward must take three positional arguments (achieved_goal, desired_goal, "
+                              f"info), got {shown}; add an info parameter (info=None if it is not used)")
+
+
+@pytest.mark.parametrize("fn", [sparse_reward, tag_reward, CallableWithInfo(), lambda *args: sparse_reward(*args[:2]),
+                                lambda ag, dg, info, extra=1.0: sparse_reward(ag, dg) * extra])
+def test_compute_reward_signatures_taking_three_positional_arguments_are_accepted(fn):
+    storage = make_tag_storage(100)
+    add_tag_episode(storage, TagRun(), 3)
+    assert her.HerReplayBuffer(storage, fn, seed=0).sample(8).reward.shape == (8,)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Case: every sampled reward is consistent
 # ---------------------------------------------------------------------------------------------------------
