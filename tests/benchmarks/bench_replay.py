@@ -15,6 +15,12 @@ Sections:
   uniform HER sample, and our batched sum tree against a sum tree walked one sample at a time in a Python loop
   (the textbook implementation, written here as the reference).
 - ``nstep``: an n = 3 HER sample against an n = 1 sample at B = 256.
+- ``torchrl`` (needs the ``[torchrl]`` extra): ours through the adapter ``her.torchrl.HerTorchRLReplayBuffer``
+  against ``torchrl.data.HERReplayBuffer`` (``LazyTensorStorage``, its default ``RandomSampler``), both filled
+  with the same episodes by ``extend``, both returning TensorDicts: ``sample(B)`` at B = 256, 1024, 4096 (and our
+  plain ``her`` sample ending in torch tensors, for the adapter's own cost), a sample right after a one-episode
+  ``extend``, ``extend`` of whole episodes and a one-step ``add()`` per transition, bytes per stored transition.
+  ``--transitions`` sets the number stored (default 1,000,000).
 
 Timings are medians of per-call CPU time of this thread (``time.thread_time``: the shared machine's other
 processes don't inflate it the way they inflate wall time) over repeated calls with fresh random indices (so the
@@ -337,16 +343,118 @@ def section_nstep(storage: her.EpisodeStorage) -> None:
           f"n = 3 stop at success: {t3s * 1e6:.0f} us (ratio {t3s / t1:.2f})")
 
 
+def _episode_chunk(episodes: list[dict]):
+    """Episodes of ``make_episodes`` as one TorchRL TensorDict [n * T] (root and ("next", ...) keys), what a
+    single-env collector yields."""
+    import torch
+    from tensordict import TensorDict
+
+    cat = lambda key, sl: torch.from_numpy(np.concatenate([ep[key][sl] for ep in episodes]))
+    goal = torch.from_numpy(np.repeat(np.stack([ep["desired_goal"] for ep in episodes]), T, axis=0))
+    done = torch.zeros(len(episodes), T, 1, dtype=torch.bool)
+    done[:, -1] = True
+    done = done.reshape(-1, 1)
+    return TensorDict({
+        "observation": cat("observation", slice(None, -1)), "achieved_goal": cat("achieved_goal", slice(None, -1)),
+        "desired_goal": goal, "action": cat("action", slice(None)),
+        "next": {"observation": cat("observation", slice(1, None)),
+                 "achieved_goal": cat("achieved_goal", slice(1, None)), "desired_goal": goal.clone(),
+                 "reward": cat("reward", slice(None)).unsqueeze(-1), "done": done,
+                 "terminated": torch.zeros_like(done), "truncated": done.clone()},
+    }, batch_size=[len(episodes) * T])
+
+
+def section_torchrl(storage: her.EpisodeStorage | None, n_transitions: int = N_TRANSITIONS) -> None:
+    try:
+        import torch
+        import torchrl
+        from torchrl.data import HERReplayBuffer, LazyTensorStorage
+
+        from her.torchrl import HerTorchRLReplayBuffer
+    except ImportError:
+        print("(torchrl not installed: TorchRL section skipped; pip install -e '.[torchrl]' installs it)")
+        return
+    import logging
+
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    torch.set_num_threads(1)
+
+    def torchrl_reward(td):
+        d = (td["next", "achieved_goal"] - td["desired_goal"]).norm(dim=-1, keepdim=True)
+        return -(d > THRESHOLD).float()
+
+    spare = 200 * T  # TorchRL's buffer must never fill up: a sample after an extend into a full one raises
+    ours = HerTorchRLReplayBuffer(n_transitions, fetch_reward, strategy="future", n_sampled_goal=4,
+                                  max_episode_steps=T, seed=0)
+    theirs = HERReplayBuffer(torchrl_reward, her_ratio=0.8, strategy="future",
+                             storage=LazyTensorStorage(n_transitions + spare))
+    t_ours = t_theirs = 0.0
+    chunk = 1000  # episodes per extend call
+    for first in range(0, n_transitions // T, chunk):
+        td = _episode_chunk(list(make_episodes(min(chunk, n_transitions // T - first), seed=first + 1)))
+        t0 = time.thread_time()
+        ours.extend(td)
+        t1 = time.thread_time()
+        theirs.extend(td)
+        t_ours, t_theirs = t_ours + t1 - t0, t_theirs + time.thread_time() - t1
+    n = len(ours)
+    plain_her = ours.her
+    print(f"\n== TorchRL {torchrl.__version__} (torch {torch.__version__}): ours through her.torchrl vs "
+          f"torchrl.data.HERReplayBuffer, {n:,} stored, TensorDicts out ==")
+    print(f"{'B':>6} {'ours us':>9} {'TorchRL us':>11} {'TorchRL/ours':>13} {'her (to torch) us':>18}")
+    theirs.sample(256)  # builds its episode cache once (a write invalidates it: see below)
+    for B in (256, 1024, 4096):
+        t_o, t_t, t_h = timeit_many([lambda: ours.sample(B), lambda: theirs.sample(B),
+                                     lambda: plain_her.sample(B).to_torch()], repeats=100)
+        print(f"{B:>6} {t_o * 1e6:>9.0f} {t_t * 1e6:>11.0f} {t_t / t_o:>13.1f} {t_h * 1e6:>18.0f}")
+
+    one = _episode_chunk(list(make_episodes(1, seed=10**6)))
+    t_o, t_t = timeit_many([lambda: (ours.extend(one), ours.sample(256)),
+                            lambda: (theirs.extend(one), theirs.sample(256))], repeats=30, warmup=2)
+    print(f"extend of one episode then sample(256): ours {t_o * 1e6:.0f} us, TorchRL {t_t * 1e6:.0f} us "
+          f"({t_t / t_o:.1f}x)")
+    print(f"extend of whole episodes ({chunk} per call): ours {t_ours / n * 1e6:.2f} us per transition, "
+          f"TorchRL {t_theirs / n * 1e6:.2f} us ({t_theirs / t_ours:.1f}x)")
+
+    steps = _episode_chunk(list(make_episodes(2000 // T, seed=5)))
+    rows = [steps[i] for i in range(len(steps))]
+    best_o, best_t = [], []
+    for _ in range(3):
+        small_o = HerTorchRLReplayBuffer(100_000, fetch_reward, max_episode_steps=T)
+        small_t = HERReplayBuffer(torchrl_reward, storage=LazyTensorStorage(100_000))
+        t0 = time.thread_time()
+        for row in rows:
+            small_o.add(row)
+        t1 = time.thread_time()
+        for row in rows:
+            small_t.add(row)
+        best_o.append((t1 - t0) / len(rows))
+        best_t.append((time.thread_time() - t1) / len(rows))
+    print(f"add(), one step of one env: ours {min(best_o) * 1e6:.1f} us, TorchRL {min(best_t) * 1e6:.1f} us "
+          f"({min(best_t) / min(best_o):.1f}x)")
+    data = theirs._storage._storage
+    bytes_t = sum(t.numel() * t.element_size() for t in data.values(True, True)) / (n_transitions + spare)
+    bytes_o = ours.storage.nbytes / n
+    print(f"bytes per stored transition: ours {bytes_o:.0f}, TorchRL {bytes_t:.0f} ({bytes_t / bytes_o:.2f}x)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", nargs="+", default=["sampler", "prioritized", "nstep"],
-                        choices=["sampler", "prioritized", "nstep"])
+    parser.add_argument("--sections", nargs="+", default=["sampler", "prioritized", "nstep", "torchrl"],
+                        choices=["sampler", "prioritized", "nstep", "torchrl"])
+    parser.add_argument("--transitions", type=int, default=N_TRANSITIONS,
+                        help="transitions stored (default %(default)s)")
     args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    storage = fill_ours()
-    print(f"filled our storage with {len(storage):,} transitions in {time.perf_counter() - t0:.1f} s")
+    storage = None
+    if set(args.sections) - {"torchrl"}:
+        t0 = time.perf_counter()
+        storage = fill_ours(args.transitions)
+        print(f"filled our storage with {len(storage):,} transitions in {time.perf_counter() - t0:.1f} s")
     for name in args.sections:
-        globals()[f"section_{name}"](storage)
+        if name == "torchrl":
+            section_torchrl(storage, args.transitions)
+        else:
+            globals()[f"section_{name}"](storage)
     return 0
 
 
