@@ -1,7 +1,7 @@
 """Time one agent update per algorithm against a straightforward reference torch update.
 
     python tests/benchmarks/bench_update.py [--batch-sizes 256 1024] [--iters 20] [--threads 1]
-        [--precision fp32 bf16] [--hidden 256 256 256] [--layer-norm] [--compile]
+        [--precision fp32 bf16] [--hidden 256 256 256] [--layer-norm] [--compile] [--device cpu|cuda]
 
 FetchPush sizes (obs 25, goal 3, action 4) and MLPs of ``--hidden`` sizes (3x256 by default); ``--layer-norm``
 gives the agents LayerNorm networks (``agent.layer_norm``, as the Fetch configs use; the reference has none). The reference is what one writes first: separate
@@ -15,6 +15,10 @@ a ``<p> speedup`` column per further precision is first precision's ms / ``<p>``
 After the table, one line per algorithm, precision, mode and batch size gives the update's ratio to its FLOP floor:
 the matmuls of the update (forward and backward, shapes and dtype recorded from an eager update) timed as plain
 ``torch.mm``/``torch.bmm`` calls, ``<algo> <precision> <mode> B=<n>: <ms> ms, <r>x the FLOP floor``.
+
+``--device cuda`` puts the agents, the reference and the batches (as device tensors) on the GPU, and the FLOP
+floor's operands too; each timing is bracketed by ``torch.cuda.synchronize()``. There ``--compile`` is the agents'
+CUDA-graph path (``torch.compile(mode="reduce-overhead")``, see ``her_agents.base.CompiledOrEager``).
 """
 
 from __future__ import annotations
@@ -36,9 +40,12 @@ OBS, GOAL, ACT = 25, 3, 4
 HIDDEN = (256, 256, 256)
 
 
-def make_batch(batch_size: int, seed: int = 0) -> SimpleNamespace:
+def make_batch(batch_size: int, seed: int = 0, device: str = "cpu") -> SimpleNamespace:
+    """A FetchPush-sized batch: numpy arrays for ``"cpu"``, tensors on ``device`` otherwise (as a GPU replay
+    would hand them over; ``terminated`` stays bool, the agents and the reference convert it). ``"cpu:0"`` gives
+    CPU tensors, which the tests use to run the device code path without a GPU."""
     rng = np.random.default_rng(seed)
-    return SimpleNamespace(
+    batch = SimpleNamespace(
         observation=rng.normal(size=(batch_size, OBS)).astype(np.float32),
         desired_goal=rng.normal(size=(batch_size, GOAL)).astype(np.float32),
         action=rng.uniform(-1, 1, (batch_size, ACT)).astype(np.float32),
@@ -48,24 +55,38 @@ def make_batch(batch_size: int, seed: int = 0) -> SimpleNamespace:
         terminated=np.zeros(batch_size, bool),
         weight=np.ones(batch_size, np.float32),
     )
+    if device != "cpu":
+        batch = SimpleNamespace(**{k: torch.as_tensor(v, device=device) for k, v in vars(batch).items()})
+    return batch
+
+
+def host(*arrays) -> list[np.ndarray]:
+    """numpy copies of a batch's arrays or tensors (the normalizers take numpy)."""
+    return [a.cpu().numpy() if isinstance(a, torch.Tensor) else a for a in arrays]
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued kernels (a no-op on the CPU), so a wall-clock time covers their work."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class ReferenceAgent:
     """Straightforward DDPG/TD3/SAC update with separate critics and plain Adam (same maths as the agents)."""
 
-    def __init__(self, algo: str, hidden: tuple[int, ...] = HIDDEN) -> None:
+    def __init__(self, algo: str, hidden: tuple[int, ...] = HIDDEN, device: str = "cpu") -> None:
         self.algo = algo
         s = OBS + GOAL
         n_critics = 1 if algo == "ddpg" else 2
-        self.actor = mlp(s, 2 * ACT if algo == "sac" else ACT, hidden)
-        self.critics = [mlp(s + ACT, 1, hidden) for _ in range(n_critics)]
+        self.actor = mlp(s, 2 * ACT if algo == "sac" else ACT, hidden).to(device)
+        self.critics = [mlp(s + ACT, 1, hidden).to(device) for _ in range(n_critics)]
         self.actor_target = copy.deepcopy(self.actor)
         self.critic_targets = [copy.deepcopy(c) for c in self.critics]
         self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
         self.critic_optim = torch.optim.Adam([p for c in self.critics for p in c.parameters()], lr=1e-3)
-        self.log_alpha = torch.zeros(1, requires_grad=True)
+        self.log_alpha = torch.zeros(1, device=device, requires_grad=True)
         self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=1e-3)
-        self.mean, self.std = torch.zeros(s), torch.ones(s)
+        self.mean, self.std = torch.zeros(s, device=device), torch.ones(s, device=device)
         self.n = 0
 
     def sample(self, state):
@@ -132,19 +153,21 @@ class ReferenceAgent:
                 for tgt, src in pairs:
                     for pt, ps in zip(tgt.parameters(), src.parameters()):
                         pt.mul_(0.95).add_(0.05 * ps)
-        out["td_error"] = (y - qs[0]).abs().squeeze(1).detach().numpy()
+        out["td_error"] = (y - qs[0]).abs().squeeze(1).detach().cpu().numpy()
         return out
 
 
-def time_updates(agent, batch, iters: int, warmup: int, repeats: int = 5) -> float:
+def time_updates(agent, batch, iters: int, warmup: int, repeats: int = 5, device: str = "cpu") -> float:
     """Best-of-``repeats`` ms per update (each repeat: ``iters`` updates) after ``warmup`` updates."""
     for _ in range(warmup):
         agent.update(batch)
     times = []
     for _ in range(repeats):
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(iters):
             agent.update(batch)
+        synchronize(device)
         times.append((time.perf_counter() - t0) / iters * 1e3)
     return float(np.min(times))
 
@@ -172,28 +195,31 @@ def matmul_flops(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return 2 * int(np.prod(a)) * b[-1]
 
 
-def flop_floor(algo: str, batch, precision: str, hidden, layer_norm: bool, iters: int) -> tuple[float, float]:
+def flop_floor(algo: str, batch, precision: str, hidden, layer_norm: bool, iters: int,
+               device: str = "cpu") -> tuple[float, float]:
     """``(ms, GFLOP)`` per update of the FLOP floor: the matmuls of two eager updates (TD3's actor runs every
     second one), recorded with their shapes and dtype, then timed as plain ``torch.mm``/``torch.bmm`` calls on
-    random operands of the same shapes and dtype (best of 5), divided by two."""
-    agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision, hidden=list(hidden),
+    random operands of the same shapes and dtype on ``device`` (best of 5, synchronized), divided by two."""
+    agent = make_agent(algo, OBS, GOAL, ACT, device=device, precision=precision, hidden=list(hidden),
                        layer_norm=layer_norm)
-    agent.update_normalizer(batch.observation, batch.desired_goal)
+    agent.update_normalizer(*host(batch.observation, batch.desired_goal))
     agent.update(batch)
     with MatmulRecorder() as rec:
         agent.update(batch)
         agent.update(batch)
-    ops = [(torch.bmm if len(a) == 3 else torch.mm, torch.randn(a).to(dt), torch.randn(b).to(dt))
-           for _, a, b, dt in rec.calls]
+    ops = [(torch.bmm if len(a) == 3 else torch.mm, torch.randn(a, device=device).to(dt),
+            torch.randn(b, device=device).to(dt)) for _, a, b, dt in rec.calls]
     gflop = sum(matmul_flops(a.shape, b.shape) for _, a, b in ops) / 2 / 1e9
     for fn, a, b in ops:  # warm-up
         fn(a, b)
     times = []
     for _ in range(5):
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(iters):
             for fn, a, b in ops:
                 fn(a, b)
+        synchronize(device)
         times.append((time.perf_counter() - t0) / iters / 2 * 1e3)
     return float(np.min(times)), gflop
 
@@ -212,13 +238,19 @@ def main() -> None:
     parser.add_argument("--layer-norm", action="store_true", help="LayerNorm in the agents' networks")
     parser.add_argument("--compile", action="store_true",
                         help="also time each precision with agent.compile=true (compiled loss functions)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the agents, the reference, the batches and the FLOP floor's matmuls run")
     args = parser.parse_args()
     hidden = tuple(args.hidden)
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, obs {OBS} goal {GOAL} act {ACT}, "
-          f"hidden {hidden}, layer_norm {args.layer_norm}")
+    where = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, device {where}, threads {torch.get_num_threads()}, obs {OBS} goal {GOAL} "
+          f"act {ACT}, hidden {hidden}, layer_norm {args.layer_norm}")
     header = f"{'algo':<6}{'batch':>7}{'reference ms':>14}"
     header += "".join(f"{f'{p} ms':>10}" for p in args.precision) + f"{'speedup':>9}"
     if len(args.precision) > 1:
@@ -230,25 +262,28 @@ def main() -> None:
     measured: list[tuple[str, str, str, int, float]] = []  # algo, precision, mode, batch, ms
     for algo in args.algos:
         for bs in args.batch_sizes:
-            batch = make_batch(bs)
-            ref_ms = time_updates(ReferenceAgent(algo, hidden), batch, args.iters, args.warmup)
+            batch = make_batch(bs, device=device)
+            ref_ms = time_updates(ReferenceAgent(algo, hidden, device), batch, args.iters, args.warmup,
+                                  device=device)
             ms = []
             for precision in args.precision:
-                agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision, hidden=list(hidden),
+                agent = make_agent(algo, OBS, GOAL, ACT, device=device, precision=precision, hidden=list(hidden),
                                    layer_norm=args.layer_norm)
-                agent.update_normalizer(batch.observation, batch.desired_goal)
-                ms.append(time_updates(agent, batch, args.iters, args.warmup))
+                agent.update_normalizer(*host(batch.observation, batch.desired_goal))
+                ms.append(time_updates(agent, batch, args.iters, args.warmup, device=device))
                 measured.append((algo, precision, "eager", bs, ms[-1]))
             line = f"{algo:<6}{bs:>7}{ref_ms:>14.2f}" + "".join(f"{m:>10.2f}" for m in ms)
             line += f"{ref_ms / ms[0]:>8.2f}x" + "".join(f"{ms[0] / m:>13.2f}x" for m in ms[1:])
             if args.compile:
                 for precision in args.precision:
-                    agent = make_agent(algo, OBS, GOAL, ACT, device="cpu", precision=precision, hidden=list(hidden),
+                    agent = make_agent(algo, OBS, GOAL, ACT, device=device, precision=precision, hidden=list(hidden),
                                        layer_norm=args.layer_norm, compile=True)
-                    agent.update_normalizer(batch.observation, batch.desired_goal)
-                    with warnings.catch_warnings(record=True) as failed:
+                    agent.update_normalizer(*host(batch.observation, batch.desired_goal))
+                    with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", RuntimeWarning)
-                        c_ms = time_updates(agent, batch, args.iters, args.warmup + 5)
+                        c_ms = time_updates(agent, batch, args.iters, args.warmup + 5, device=device)
+                    # the agent's fallback warning only: Inductor warns too on CUDA (e.g. TF32 left off)
+                    failed = [w for w in caught if "agent.compile" in str(w.message)]
                     line += f"{'failed' if failed else f'{c_ms:.2f}':>20}"
                     if not failed:
                         measured.append((algo, precision, "compiled", bs, c_ms))
@@ -261,7 +296,8 @@ def main() -> None:
     for algo, precision, mode, bs, ms in measured:
         key = (algo, precision, bs)
         if key not in floors:
-            floors[key] = flop_floor(algo, make_batch(bs), precision, hidden, args.layer_norm, args.iters)
+            floors[key] = flop_floor(algo, make_batch(bs, device=device), precision, hidden, args.layer_norm,
+                                     args.iters, device=device)
         floor_ms, gflop = floors[key]
         print(f"{algo} {precision} {mode} B={bs}: {ms:.2f} ms, {ms / floor_ms:.2f}x the FLOP floor "
               f"({floor_ms:.2f} ms: {gflop:.3f} GFLOP at {gflop / floor_ms * 1e3:.0f} GFLOP/s)", flush=True)
