@@ -45,7 +45,10 @@ class TD3Config(AgentConfig):
 def smoothed_target_action(
     target_action: torch.Tensor, policy_noise: float, noise_clip: float
 ) -> torch.Tensor:
-    """``clip(a' + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``."""
+    """``clip(a' + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``; ``a'`` as is at ``policy_noise``
+    0 (DDPG), which draws no noise (the torch random stream stays DDPG's)."""
+    if policy_noise == 0.0:
+        return target_action
     noise = (torch.randn_like(target_action) * policy_noise).clamp_(-noise_clip, noise_clip)
     return (target_action + noise).clamp_(-1.0, 1.0)
 
@@ -104,7 +107,9 @@ class TD3Agent(GoalConditionedAgentBase):
             actor_loss.backward()
             self.actor_optim.step()
             freeze(self.params(self.critic), False)
-            self._last_actor_loss = actor_loss.detach()
+            # a clone: under CUDA graphs (compile on CUDA) actor_loss lives in the graphs' memory, which the
+            # next update's replay overwrites, and updates between actor steps report this value
+            self._last_actor_loss = actor_loss.detach().clone()
             interval = cfg.target_update_interval
             if interval and self.num_updates % (cfg.policy_delay * interval) == 0:
                 self.update_targets()
@@ -134,10 +139,11 @@ class TD3Agent(GoalConditionedAgentBase):
         return self._critic_regression(b, state, y)
 
     def _policy_loss(self, state: torch.Tensor) -> torch.Tensor:
-        """Maximize ``Q_1(s, mu(s))`` with the action L2 penalty ``action_l2 * mean(mu(s)^2)``."""
+        """Maximize ``Q_1(s, mu(s))`` (deterministic policy gradient, Silver et al. 2014) with the action L2 penalty
+        ``action_l2 * mean(mu(s)^2)`` of openai/baselines HER."""
         with self.autocast():
             pi = self.actor(state)
-            q_pi = self.critic(state, pi, member=0)
+            q_pi = self.critic(state, pi, member=0) if self.config.n_critics > 1 else self.critic(state, pi)
         return -q_pi.mean() + self.config.action_l2 * pi.square().mean()
 
     def _target_pairs(self):
