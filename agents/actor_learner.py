@@ -221,7 +221,11 @@ def _learn(cfg: DictConfig, world: int, agent: Agent, replay: her.HerReplayBuffe
         evals.start_window()
         if cfg.log.checkpoint:
             state.extra["wandb_id"] = logger.run_id
-            save_training_state(run_dir, cfg, state, hooks, bool(cfg.log.save_replay))
+            try:
+                save_training_state(run_dir, cfg, state, hooks, bool(cfg.log.save_replay))
+            except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
+                logger.checkpoint_failed()
+                raise
             logger.checkpointed()  # W&B gets the row once the checkpoint covers it
 
     try:

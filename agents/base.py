@@ -119,10 +119,12 @@ class AgentConfig:
     """Polyak-update the targets every this many updates (>= 0; TD3: every ``policy_delay * interval``). 0 disables
     automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
     cycle of 40 updates)."""
-    q_clip: tuple[Bound, Bound] | None = (-50.0, 0.0)
-    """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite): ``[-1/(1-gamma), 0]`` for
-    -1/0 rewards (gamma 0.98 -> -50). None disables. The training loop, when ``agent.q_clip`` is not configured, sets it from
-    the env's reward range (:func:`q_clip_for_env`); this default is for agents built directly."""
+    q_clip: tuple[Bound, Bound] | None = None
+    """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite), e.g. ``[-1/(1-gamma), 0]``
+    for -1/0 rewards (gamma 0.98 -> -50); None (the default for an agent built directly): no clip, whatever the
+    rewards' sign. The training loop, when ``agent.q_clip`` is not configured, sets it from the env's reward
+    range (:func:`q_clip_for_env`, also usable by hand: ``q_clip=q_clip_for_env(spec.reward_range, gamma,
+    env_id)``)."""
     noise_std: float = 0.2
     """Std (>= 0) of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
     random_eps: float = 0.3
@@ -304,11 +306,17 @@ class CompiledOrEager:
     """``torch.compile(fn)``, falling back to ``fn`` for good when the first call fails to compile (no C++ compiler,
     an unsupported backend). The functions of one agent share ``failed`` (a one-item list): the first failure warns
     once (a ``RuntimeWarning`` naming the function and the error) and the others then run eagerly without trying.
-    An error that ``fn`` raises eagerly too is raised as usual."""
+    An error that ``fn`` raises eagerly too is raised as usual.
 
-    def __init__(self, fn, name: str, failed: list[bool]) -> None:
-        self.fn, self.name, self.failed, self.compiled_ok = fn, name, failed, None
-        self._compiled = torch.compile(fn, dynamic=False)
+    ``mode``: ``torch.compile``'s mode, None (the default mode) unless given. On a CUDA device the agent passes
+    ``"reduce-overhead"`` (:meth:`GoalConditionedAgentBase.compile_mode`): Inductor's kernels are recorded once
+    into CUDA graphs (CUDAGraph Trees) and replayed, forward and backward, so an update launches a few graphs
+    instead of hundreds of small kernels. The shapes are static (``dynamic=False``: one batch size per run)."""
+
+    def __init__(self, fn, name: str, failed: list[bool], mode: str | None = None) -> None:
+        self.fn, self.name, self.failed, self.compiled_ok, self.mode = fn, name, failed, None, mode
+        # the CPU path passes exactly dynamic=False, as before CUDA graphs were added
+        self._compiled = torch.compile(fn, dynamic=False, **({"mode": mode} if mode else {}))
 
     def __call__(self, *args, **kwargs):
         if self.compiled_ok:
@@ -389,8 +397,10 @@ class GoalConditionedAgentBase:
     def batch_to_tensors(self, batch: Any) -> TensorBatch:
         """Attributes (or mapping keys) of ``batch`` -> :class:`TensorBatch` on the device.
 
-        numpy arrays and torch tensors are both accepted; a missing ``weight`` means ones.
+        numpy arrays and torch tensors are both accepted; a missing ``weight`` means ones. Every ``update()``
+        starts here, so this also marks the start of an update for CUDA graphs (:meth:`_cuda_graph_step`).
         """
+        self._cuda_graph_step()
         get = batch.get if isinstance(batch, Mapping) else lambda k: getattr(batch, k, None)
         reward = self._tensor(get("reward")).reshape(-1)
         weight = get("weight")
@@ -514,14 +524,36 @@ class GoalConditionedAgentBase:
 
     def loss_fn(self, name: str):
         """The bound method ``name`` (one of the agent's loss functions, called from ``update()``), wrapped in
-        ``torch.compile`` when ``config.compile`` is set (see :class:`CompiledOrEager`), else as is."""
+        ``torch.compile`` when ``config.compile`` is set (see :class:`CompiledOrEager`; mode
+        :meth:`compile_mode`), else as is."""
         if not self.config.compile:
             return getattr(self, name)
         fns = self.__dict__.setdefault("_compiled_fns", {})
         if name not in fns:
             failed = self.__dict__.setdefault("_compile_failed", [False])  # shared by this agent's functions
-            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}", failed)
+            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}", failed,
+                                        mode=self.compile_mode())
         return fns[name]
+
+    def compile_mode(self) -> str | None:
+        """``torch.compile``'s mode for the loss functions: ``"reduce-overhead"`` (CUDA graphs) on a CUDA device,
+        None (the default mode, as before) elsewhere."""
+        return "reduce-overhead" if self.device.type == "cuda" else None
+
+    def _cuda_graph_step(self) -> None:
+        """Called at the start of every update (from :meth:`batch_to_tensors`): with CUDA graphs (compiled loss
+        functions on a CUDA device) tell CUDAGraph Trees that a new update begins.
+
+        Without it, CUDAGraph Trees starts a new "generation" at every compiled call made with no backward
+        pending, i.e. at the actor loss, right after the critic's ``backward()``: the replay would then reuse the
+        memory of the critic loss's outputs (``q``, ``td_error``) that ``_metrics`` reads afterwards. Once
+        :func:`torch.compiler.cudagraph_mark_step_begin` has been called, generations change only where it is
+        called: all compiled calls of one update share one generation, and outputs are overwritten by the next
+        update's replays. So a tensor kept across updates must be a clone (TD3's ``_last_actor_loss``);
+        ``_metrics`` copies everything else to the host within the update, and ``zero_grad(set_to_none=True)``
+        drops the gradients (graph outputs too) before each backward."""
+        if self.config.compile and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
 
     def _critic_regression(self, b: TensorBatch, state: torch.Tensor, y: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -57,6 +59,17 @@ def print_to_pipe(text: str) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
     return 0
+
+
+def _after_write_error(exc: OSError) -> str:
+    """What to do after a run stopped on a file of its run directory it could not write: continue from the
+    last checkpoint (every ``metrics.csv`` row left is covered by it), or start again without one."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not exc.filename:
+        return ""
+    run_dir = Path(exc.filename).parent
+    if (run_dir / "checkpoint.pt").is_file():
+        return f"; free space, then continue with `her-train --resume {run_dir}`"
+    return "; free space, then start the run again (no checkpoint was written yet)"
 
 
 def train_main(argv: list[str] | None = None) -> int:
@@ -123,7 +136,7 @@ def train_main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
         print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
+              f"{exc.strerror or exc}{_after_write_error(exc)}", file=sys.stderr)
         return 1
     if result.history:  # ranks other than 0 (torchrun) have no evaluation rows of their own
         print(f"final eval success rate {result.eval_success_rate:.3f} after {result.env_steps} env steps; "
@@ -198,6 +211,15 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
+    if args.video:  # before the evaluation, which the video would otherwise only follow
+        from her_agents.checkpoint import check_writable
+
+        try:
+            check_writable(args.video)
+        except OSError as exc:
+            print(f"her-eval: error: --video {args.video}: cannot write {exc.filename} ({exc.strerror})",
+                  file=sys.stderr)
+            return 2
     from her_agents.config import check_device
 
     try:

@@ -212,9 +212,12 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: a value of the wrong type, a negative ``video_every``."""
+            ValueError: a value of the wrong type, a negative ``video_every``, an empty ``run_dir``."""
         check_types(self)
         check_ranges(self, {"video_every": NON_NEGATIVE})
+        if self.run_dir is not None and not self.run_dir.strip():
+            raise ValueError("run_dir must be a directory path, got an empty value; leave log.run_dir out for the "
+                             "default runs/<env>-<algo>-s<seed>-<time>")
 
 
 @dataclass
@@ -504,8 +507,13 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
 
 def _check_overrides(overrides: list[str] | None) -> None:
     for o in overrides or []:
-        if "=" not in o or not o.partition("=")[0].strip():
+        key, _, value = o.partition("=")
+        if "=" not in o or not key.strip():
             raise ValueError(f"override {o!r} is not of the form key=value (e.g. train.total_env_steps=5000)")
+        # `log.run_dir=` reads as null, the default: refuse it as `env.id=` is, not silently use another directory
+        if key.strip() == "log.run_dir" and value.strip() in ("", "''", '""'):
+            raise ValueError("log.run_dir must be a directory path, got an empty value; leave log.run_dir out "
+                             "for the default runs/<env>-<algo>-s<seed>-<time>")
 
 
 #: settings a resumed run cannot change: its networks, replay layout and env would no longer match the checkpoint

@@ -15,6 +15,7 @@ import io
 import math
 import netrc
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -71,17 +72,23 @@ class RunLogger:
         self._video_error: str | None = None
         self._pending: list[dict[str, Any]] = []  # rows not yet covered by a checkpoint
         self._defer = bool(cfg.log.checkpoint)
+        self._covered_size: int | None = None  # bytes of metrics.csv up to the last covered row (None: no row)
         kept: list[dict[str, Any]] = []
         if resume_step is not None and self.csv_path.exists():
             kept = self._truncate_csv(resume_step)
+            if kept:
+                self._covered_size = self.csv_path.stat().st_size
         self.mode = wandb_mode(cfg.log.wandb.mode)
         self.run = None
-        if self.mode != "disabled":
-            self.run = self._init_wandb(resume_id)
         start = f"resumed at {resume_step} env steps" if resume_step is not None else "new run"
         wandb_where = {"offline": f"W&B offline in {self.run_dir / 'wandb'}", "disabled": "W&B off"}.get(
-            self.mode, f"W&B {self.mode}")
+            self.mode, f"W&B online: starting, up to {cfg.log.wandb.init_timeout_s:g} s, else offline")
+        # before wandb.init, which can take its whole init timeout (no network): the user sees where the run goes
         tqdm.write(f"her-train: {start} to {cfg.train.total_env_steps} env steps in {self.run_dir} ({wandb_where})")
+        if resume_step is None:  # a fresh run (--overwrite): `wandb sync <run_dir>/wandb/offline-run-*` is its own
+            _remove_old_wandb_runs(self.run_dir / "wandb")
+        if self.mode != "disabled":
+            self.run = self._init_wandb(resume_id)
         if self.run is not None:
             self.run.define_metric("env_steps")
             self.run.define_metric("*", step_metric="env_steps")
@@ -195,16 +202,28 @@ class RunLogger:
             self._fresh_csv = False
             self._fields = list(self._fields or []) + [k for k in row if k not in (self._fields or [])]
             self._write_csv(old_rows)
-        with open(self.csv_path, "a", newline="") as f:
-            csv.DictWriter(f, self._fields, extrasaction="ignore").writerow(clean)
-            f.flush()
-            os.fsync(f.fileno())
+            if self._covered_size is not None and not self._pending:  # the same covered rows, a wider header
+                self._covered_size = self.csv_path.stat().st_size
+        size = self.csv_path.stat().st_size
+        try:
+            with open(self.csv_path, "a", newline="") as f:
+                csv.DictWriter(f, self._fields, extrasaction="ignore").writerow(clean)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # e.g. a full disk: no row cut short stays behind
+            if self._covered_size is None and not self._pending:
+                self.csv_path.unlink()  # no row of this run yet: as if it had not started logging
+            else:
+                os.truncate(self.csv_path, size)
+            raise OSError(exc.errno, exc.strerror, str(self.csv_path)) from None
         self._pending.append(row)
         if not self._defer:  # no checkpoints: nothing is redone, so nothing to wait for
             self.checkpointed()
 
     def checkpointed(self) -> None:
         """The checkpoint covering every row logged so far is on disk: send those rows to W&B."""
+        if self._pending and self.csv_path.exists():
+            self._covered_size = self.csv_path.stat().st_size
         if self.run is not None:
             for row in self._pending:
                 self.run.log(row)
@@ -231,6 +250,18 @@ class RunLogger:
         except Exception as exc:
             self._video_error = str(exc)
             tqdm.write(f"video skipped (training goes on, no further videos this run): {exc}")
+
+    def checkpoint_failed(self) -> None:
+        """The checkpoint of the rows logged since the last one could not be written (a full disk): cut
+        ``metrics.csv`` back to the rows the last checkpoint covers (remove it when that covers none), so every
+        row left is one a resume keeps. Truncating needs no free space."""
+        if not self._pending or not self.csv_path.exists():
+            return
+        if self._covered_size is None:
+            self.csv_path.unlink()
+        else:
+            os.truncate(self.csv_path, self._covered_size)
+        self._pending.clear()
 
     def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
         """Finish the W&B run, recording how the run ended.
@@ -276,8 +307,23 @@ class NullLogger:
     def checkpointed(self) -> None:
         pass
 
+    def checkpoint_failed(self) -> None:
+        pass
+
     def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
         pass
+
+
+def _remove_old_wandb_runs(wandb_dir: Path) -> None:
+    """Remove the W&B run directories (``offline-run-*``, ``run-*``, ``latest-run``) of a run that a fresh run
+    replaces in its run directory (``--overwrite``)."""
+    if not wandb_dir.is_dir():
+        return
+    for p in [*wandb_dir.glob("offline-run-*"), *wandb_dir.glob("run-*"), wandb_dir / "latest-run"]:
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _typed_row(row: dict[str, str]) -> dict[str, Any]:

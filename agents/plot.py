@@ -5,18 +5,25 @@
 
 Runs given before a ``--label`` form one curve (their seeds); each curve is drawn as the mean over its runs
 with a band from the min to the max, against env steps and against wall time, into one PNG with two panels.
+The mean of a label is taken only at the env steps where every one of its runs evaluated (no value is carried
+forward or interpolated; the wall-time panel places each such step at the runs' mean wall time), and the table's
+mean rows are read from the same points; a line on stderr says when that leaves evaluations out, and warns when
+a label's runs are of different env ids (their ``config.yaml``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import errno
+import os
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 
-__all__ = ["build_parser", "main", "plot_curves", "read_metrics", "results_table"]
+__all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
@@ -50,35 +57,127 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _aggregate(runs: list[dict[str, np.ndarray]], x_key: str, y_key: str) -> tuple[np.ndarray, ...]:
-    """Mean, min and max of y over runs on a common x grid (linear interpolation, within every run's range)."""
-    xs = [r[x_key] for r in runs]
-    hi = min(x.max() for x in xs)
-    grid = np.unique(np.concatenate([x[x <= hi] for x in xs]))
-    ys = np.stack([np.interp(grid, r[x_key], r[y_key]) for r in runs])
-    return grid, ys.mean(0), ys.min(0), ys.max(0)
+def _read_runs(dirs: list[str | Path], metric: str) -> list[dict[str, np.ndarray]]:
+    """:func:`read_metrics` of each run, which must have the column ``metric``.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_metrics`; a run without ``metric``.
+    """
+    runs = [read_metrics(d) for d in dirs]
+    for d, r in zip(dirs, runs):
+        if metric not in r:
+            raise ValueError(f"{d}: metrics.csv has no column {metric!r}; it has {', '.join(r)}")
+    return runs
+
+
+def _common_steps(runs: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The env steps at which every run evaluated, ascending."""
+    steps = np.unique(runs[0]["env_steps"])
+    for r in runs[1:]:
+        steps = np.intersect1d(steps, r["env_steps"])
+    return steps
+
+
+def _at_steps(r: dict[str, np.ndarray], steps: np.ndarray, key: str) -> np.ndarray:
+    """Column ``key`` of run ``r`` at the env steps ``steps`` (each one of its evaluations; the last row of a
+    step counts)."""
+    row = {s: i for i, s in enumerate(r["env_steps"])}
+    return np.array([r[key][row[s]] for s in steps])
+
+
+def _aggregate(runs: list[dict[str, np.ndarray]], y_key: str, label: str = "runs") -> tuple[np.ndarray, ...]:
+    """The env steps at which every run evaluated, and there the runs' mean wall time and the mean, min and max
+    of ``y_key``.
+
+    Raises:
+        ValueError: the runs have no env step in common.
+    """
+    steps = _common_steps(runs)
+    if not steps.size:
+        firsts = ", ".join(_steps_label(r["env_steps"][0]) for r in runs)
+        raise ValueError(f"label {label!r}: its runs have no env step at which all of them evaluated (first "
+                         f"evaluations at {firsts}); give them separate --label names")
+    ys = np.stack([_at_steps(r, steps, y_key) for r in runs])
+    wall = np.stack([_at_steps(r, steps, "wall_time") for r in runs]).mean(0)
+    return steps, wall, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def _run_env_id(run: str | Path) -> str | None:
+    """The ``env.id`` of a run's ``config.yaml`` (beside its metrics.csv), None where there is none to read."""
+    import yaml
+
+    path = Path(run)
+    cfg = (path if path.is_dir() else path.parent) / "config.yaml"
+    try:
+        env_id = yaml.safe_load(cfg.read_text())["env"]["id"]
+    except (OSError, yaml.YAMLError, TypeError, KeyError, UnicodeDecodeError):
+        return None
+    return env_id if isinstance(env_id, str) else None
+
+
+def group_notes(groups: dict[str, list[str | Path]]) -> list[str]:
+    """Lines for the user about the labels' means: a label whose runs are of different env ids (read from each
+    run's ``config.yaml``; the mean would average different tasks), and one whose runs evaluated at different
+    env steps (its mean leaves out the evaluations not every run has).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_metrics`.
+    """
+    notes = []
+    for label, dirs in groups.items():
+        env_ids: dict[str, list[str]] = {}
+        for d in dirs:
+            env_id = _run_env_id(d)
+            if env_id is not None:
+                env_ids.setdefault(env_id, []).append(Path(d).name)
+        if len(env_ids) > 1:
+            mixed = "; ".join(f"{e}: {', '.join(names)}" for e, names in env_ids.items())
+            notes.append(f"her-plot: warning: label {label!r} mixes env ids ({mixed}); its mean averages different "
+                         "tasks (give each env its own --label)")
+        if len(dirs) < 2:
+            continue
+        runs = [read_metrics(d) for d in dirs]
+        steps = _common_steps(runs)
+        left_out = sum(len(r["env_steps"]) for r in runs) - len(runs) * len(steps)
+        if steps.size and left_out:
+            notes.append(f"her-plot: label {label!r}: the mean of its {len(runs)} runs is taken at the {steps.size} "
+                         f"env steps where all of them evaluated ({_steps_label(steps[0])} to "
+                         f"{_steps_label(steps[-1])}); {left_out} evaluation(s) of single runs are left out")
+    return notes
 
 
 def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: str = "eval/success_rate",
                 title: str | None = None) -> Path:
-    """Draw ``metric`` against env steps and wall time (minutes) for each labelled group of runs."""
+    """Draw ``metric`` against env steps and wall time (minutes) for each labelled group of runs: the mean at
+    the env steps where every run of the group evaluated, with a min-max band.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_metrics`; a run without ``metric``, a group whose runs
+            have no env step in common.
+        OSError: ``out`` cannot be written.
+    """
+    return _save(_figure(groups, metric, title), out)
+
+
+def _figure(groups: dict[str, list[str | Path]], metric: str, title: str | None) -> Any:
+    """The figure of :func:`plot_curves` (raises as it does, but for the write)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for label, dirs in groups.items():
-        runs = [read_metrics(d) for d in dirs]
-        for d, r in zip(dirs, runs):
-            missing = [k for k in ("env_steps", "wall_time", metric) if k not in r]
-            if missing:
-                raise ValueError(f"{d}: metrics.csv has no column {missing[0]!r}; it has {', '.join(r)}")
-        for ax, x_key, scale in ((axes[0], "env_steps", 1e-3), (axes[1], "wall_time", 1 / 60)):
-            grid, mean, lo, hi = _aggregate(runs, x_key, metric)
-            line, = ax.plot(grid * scale, mean, label=f"{label} (n={len(runs)})")
-            if len(runs) > 1:
-                ax.fill_between(grid * scale, lo, hi, alpha=0.2, color=line.get_color())
+    try:
+        for label, dirs in groups.items():
+            runs = _read_runs(dirs, metric)
+            steps, wall, mean, lo, hi = _aggregate(runs, metric, label)
+            for ax, x in ((axes[0], steps * 1e-3), (axes[1], wall / 60)):
+                line, = ax.plot(x, mean, label=f"{label} (n={len(runs)})")
+                if len(runs) > 1:
+                    ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
+    except BaseException:
+        plt.close(fig)
+        raise
     axes[0].set_xlabel("env steps (thousands)")
     axes[1].set_xlabel("wall time (minutes)")
     axes[0].set_ylabel(metric)
@@ -90,10 +189,21 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def _save(fig: Any, out: str | Path) -> Path:
+    """Write ``fig`` to the PNG ``out`` (its directory created) and close it."""
+    import matplotlib.pyplot as plt
+
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        if out.parent.exists() and not out.parent.is_dir():  # mkdir would say "File exists"
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out.parent))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -102,13 +212,20 @@ def _steps_to(r: dict[str, np.ndarray], level: float, metric: str) -> float:
     return float(r["env_steps"][hit[0]]) if hit.size else np.nan
 
 
+def _step_at(r: dict[str, np.ndarray], step: float) -> float:
+    """The env steps of the last evaluation at or before ``step`` (NaN if the run ended earlier or had no
+    evaluation by then)."""
+    before = r["env_steps"][r["env_steps"] <= step]
+    if r["env_steps"].max() < step or not before.size:
+        return np.nan
+    return float(before.max())
+
+
 def _at(r: dict[str, np.ndarray], step: float, metric: str) -> float:
     """The value of the last evaluation at or before ``step`` (NaN if the run ended earlier or had no evaluation
     by then)."""
-    before = np.flatnonzero(r["env_steps"] <= step)
-    if r["env_steps"].max() < step or not before.size:
-        return np.nan
-    return float(r[metric][before[-1]])
+    at = _step_at(r, step)
+    return np.nan if np.isnan(at) else float(_at_steps(r, np.array([at]), metric)[0])
 
 
 def _steps_label(v: float) -> str:
@@ -119,8 +236,15 @@ def _steps_label(v: float) -> str:
 def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: tuple[float, ...] = (0.5, 0.9),
                   metric: str = "eval/success_rate") -> str:
     """A markdown table, one row per run and one mean row per group of several: env steps to reach each of
-    ``levels`` (first evaluation at or above it; "-" if never), ``metric`` at the env steps ``at``, the run's
-    last env steps and its wall time (minutes)."""
+    ``levels`` (first evaluation at or above it; "-" if never), ``metric`` at the env steps ``at`` (the last
+    evaluation at or before it; "-" before the first or after the last), the run's last env steps and its wall
+    time (minutes). A mean row gives the crossings of the group's mean, which exists only at the env steps where
+    every run of the group evaluated (the plot's curve), and at each of ``at`` the mean of the run cells above
+    it where they all come from one such step ("-" where they come from different steps).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_metrics`; a group whose runs have no env step in common.
+    """
     def fmt_steps(v: float) -> str:
         return "-" if np.isnan(v) else _steps_label(v)
 
@@ -131,18 +255,20 @@ def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: 
             + ["env steps", "wall min"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, dirs in groups.items():
-        runs = [read_metrics(d) for d in dirs]
+        runs = _read_runs(dirs, metric)
         rows = []
         for d, r in zip(dirs, runs):
             vals = [_steps_to(r, lv, metric) for lv in levels] + [_at(r, a, metric) for a in at]
             rows.append(vals + [r["env_steps"].max(), r["wall_time"].max() / 60])
             cells = [Path(d).name] + [fmt_steps(v) for v in vals[: len(levels)]] + [fmt(v) for v in vals[len(levels):]]
             lines.append("| " + " | ".join(cells + [fmt_steps(rows[-1][-2]), f"{rows[-1][-1]:.0f}"]) + " |")
-        if len(runs) > 1:  # the mean curve's crossings, and the mean at each step
-            grid, mean, _, _ = _aggregate(runs, "env_steps", metric)
-            mean_run = {"env_steps": grid, metric: mean}
+        if len(runs) > 1:  # the mean curve's crossings and values, as for one run
+            steps, _, mean, _, _ = _aggregate(runs, metric, label)
+            mean_run = {"env_steps": steps, metric: mean}
             vals = [_steps_to(mean_run, lv, metric) for lv in levels]
-            vals += [float(np.mean([row[len(levels) + i] for row in rows])) for i in range(len(at))]
+            for a in at:  # the mean of the cells above, where they all come from one evaluation step
+                used = {_step_at(r, a) for r in runs}
+                vals.append(_at(mean_run, a, metric) if len(used) == 1 and not np.isnan(min(used)) else np.nan)
             cells = [f"**{label}: mean of {len(runs)}**"] + [fmt_steps(v) for v in vals[: len(levels)]]
             cells += [fmt(v) for v in vals[len(levels):]] + ["", f"{np.mean([row[-1] for row in rows]):.0f}"]
             lines.append("| " + " | ".join(cells) + " |")
@@ -157,13 +283,21 @@ def _is_number(token: str) -> bool:
     return True
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``her-plot: error: ...``, exit status 2), without the usage
+    text: the message says what to fix, and ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``her-plot`` argument parser (every option's help gives its default).
 
     ``--label`` is listed for ``--help``; ``main`` splits the run directories into groups at each ``--label``
     itself, since argparse cannot tie an option to the positionals before it.
     """
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrors(
         prog="her-plot", description=__doc__.split("\n\n")[0].replace("``", ""),
         usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M] "
               "[--title T] [--table [STEPS ...]] [--levels L [L ...]]")
@@ -229,21 +363,32 @@ def main(argv: list[str] | None = None) -> int:
     bad = [lv for lv in args.levels if not np.isfinite(lv)]
     if bad:
         parser.error(f"--levels: expected finite numbers, got {bad[0]}")
+    bad = [lv for lv in args.levels if "success" in args.metric and not 0 <= lv <= 1]
+    if bad:  # a rate never reaches such a level: the column would be all "-"
+        parser.error(f"--levels: {args.metric} is a rate in [0, 1], got {bad[0]:g}")
     bad = [st for st in args.table or [] if not (np.isfinite(st) and st >= 0)]
     if bad:
         parser.error(f"--table: expected env steps >= 0, got {bad[0]:g}")
     if pending:
         groups.setdefault(Path(pending[0]).name if len(pending) == 1 else "runs", []).extend(pending)
     if not groups:
-        parser.error("no run directories given")
+        parser.error("no run directories given (her-plot --help shows the usage)")
     try:
+        for note in group_notes(groups):
+            print(note, file=sys.stderr)
         if args.table is not None:
             from her_agents.cli import print_to_pipe
 
             return print_to_pipe(results_table(groups, args.table, levels=tuple(args.levels), metric=args.metric))
-        out = plot_curves(groups, args.out, args.metric, args.title)
+        fig = _figure(groups, args.metric, args.title)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
+    try:
+        out = _save(fig, args.out)
+    except OSError as exc:  # a directory that cannot be written, a full disk
+        print(f"her-plot: error: --out {args.out}: cannot write {exc.filename or args.out} "
+              f"({exc.strerror or exc})", file=sys.stderr)
+        return 1
     print(f"wrote {out}")
     return 0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from her_agents.base import AgentConfig, GoalConditionedAgentBase
+from her_agents.base import AgentConfig, GoalConditionedAgentBase, q_clip_for_env
 from her_agents.ddpg import DDPGAgent, DDPGConfig
 from her_agents.sac import SACAgent, SACConfig
 from her_agents.td3 import TD3Agent, TD3Config
@@ -85,7 +85,8 @@ def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: 
 
 
 def agent_from_checkpoint(state: dict[str, Any], device: str = "cpu", **overrides: Any) -> GoalConditionedAgentBase:
-    """The agent a checkpoint holds: built from its config's ``algo`` and ``agent`` section for its env's spaces,
+    """The agent a checkpoint holds: built from its config's ``algo`` and ``agent`` section for its env's spaces
+    (``q_clip``, where the section leaves it out, derived from the env's reward range as the training loop did),
     then loaded with its weights and normalizers.
 
     Args:
@@ -101,7 +102,10 @@ def agent_from_checkpoint(state: dict[str, Any], device: str = "cpu", **override
 
     cfg = state["config"]
     spec = goal_env_spec(cfg["env"]["id"])
+    section = dict(cfg["agent"])
+    if "q_clip" not in section:
+        section["q_clip"] = q_clip_for_env(spec.reward_range, cfg["train"]["gamma"], cfg["env"]["id"])
     agent = make_agent(cfg["algo"], spec.observation_dim, spec.goal_dim, spec.action_dim, device=device,
-                       **{**cfg["agent"], **overrides})
+                       **{**section, **overrides})
     agent.load_state_dict(state["agent"])
     return agent

@@ -163,11 +163,16 @@ class TrainingStopped(Exception):
 
 class GracefulStop:
     """While active (a context manager), SIGINT and SIGTERM set :attr:`signum` instead of stopping the process;
-    the loop checks it after each env step. A second signal raises ``KeyboardInterrupt`` at once. Outside the
-    main thread (where Python cannot install handlers) it does nothing."""
+    the loop checks it after each env step. The first signal is acknowledged at once with a line on stderr (with
+    ``announce``), saying what the stop waits for (:attr:`busy`); a second signal raises ``KeyboardInterrupt`` at
+    once. Outside the main thread (where Python cannot install handlers) it does nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, announce: bool = True) -> None:
         self.signum: int | None = None
+        self.announce = announce
+        self.busy: str | None = None
+        """What the loop is doing that the stop must wait for, e.g. the first update's compile (None: an env
+        step)."""
         self._old: dict[int, Any] = {}
 
     @property
@@ -179,6 +184,10 @@ class GracefulStop:
         if self.signum is not None:
             raise KeyboardInterrupt
         self.signum = signum
+        if self.announce:  # os.write: print() could be interrupted mid-write to the same stream
+            until = f"once {self.busy} is done" if self.busy else "after the current env step"
+            os.write(2, f"\nher-train: {signal.Signals(signum).name} received: stopping {until} (Ctrl-C again "
+                        "stops at once)\n".encode())
 
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():

@@ -141,6 +141,7 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
         storage, spec.compute_reward, strategy=r.strategy, n_sampled_goal=r.n_sampled_goal,
         other_desired_fraction=r.other_desired_fraction, n_step=r.n_step, gamma=cfg.train.gamma, sampler=sampler,
         stop_at_success=r.stop_at_success, compute_success=spec.compute_success, seed=cfg.train.seed,
+        compute_terminated=getattr(spec, "compute_terminated", None),  # envs that end episodes on success
     )
 
 
@@ -494,8 +495,9 @@ def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
         TrainingStopped: SIGINT or SIGTERM arrived; a checkpoint of the current state was written and the W&B
             run finished as interrupted / terminated.
     """
-    with GracefulStop() as stop, contextlib.ExitStack() as cleanup:
-        return _train(cfg, resume, overwrite, hooks or LoopHooks(), stop, cleanup)
+    hooks = hooks or LoopHooks()
+    with GracefulStop(announce=hooks.is_main) as stop, contextlib.ExitStack() as cleanup:
+        return _train(cfg, resume, overwrite, hooks, stop, cleanup)
 
 
 def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
@@ -551,7 +553,11 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
 
     def save() -> None:
         state.extra["wandb_id"] = logger.run_id or wandb_id
-        save_training_state(run_dir, cfg, state, hooks, save_replay)
+        try:
+            save_training_state(run_dir, cfg, state, hooks, save_replay)
+        except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
+            logger.checkpoint_failed()
+            raise
         logger.checkpointed()  # W&B gets a row once a resume would not redo it
 
     # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
@@ -580,8 +586,10 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
                 for _ in range(n_updates):
                     if first_update:
                         first_update = False
-                        first_learn_step(agent, replay, t_cfg.batch_size, metrics_acc,
-                                         bool(cfg.agent.get("compile", False)) and hooks.is_main)
+                        compiling = bool(cfg.agent.get("compile", False))
+                        stop.busy = "the first update's compile (15-40 s)" if compiling else None
+                        first_learn_step(agent, replay, t_cfg.batch_size, metrics_acc, compiling and hooks.is_main)
+                        stop.busy = None
                     else:
                         learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
                 counters["updates"] += n_updates

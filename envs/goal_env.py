@@ -27,12 +27,15 @@ import contextlib
 import difflib
 import io
 import functools
+import warnings
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import parse_env_id
 from gymnasium.utils import seeding
 
 FETCH_TASKS: tuple[str, ...] = ("FetchReach-v4", "FetchPush-v4", "FetchSlide-v4", "FetchPickAndPlace-v4")
@@ -51,6 +54,9 @@ class GoalEnvSpec:
     ``None`` or a dict ``{key: [B, *info_shapes[key]]}`` holding at least ``info_keys``.
     ``compute_success(achieved_goal [B, G], desired_goal [B, G]) -> [B] bool``, or ``None`` when the env
     offers no vectorized success test (then read ``info["is_success"]`` from the env).
+    ``compute_terminated(achieved_goal [B, G], desired_goal [B, G], info) -> [B] bool``: the env's own
+    (gymnasium-robotics ``GoalEnv`` API) when it defines a vectorized one of its own, for the replay to
+    recompute ``terminated`` for relabeled goals; ``None`` otherwise (Fetch: never terminates).
 
     ``action_low`` / ``action_high`` are the env's own Box bounds (float32 ``[action_dim]``, finite); the
     agents and the replay use ``[-1, 1]``, mapped by :func:`to_env_action` / :func:`from_env_action`.
@@ -70,6 +76,7 @@ class GoalEnvSpec:
     info_keys: tuple[str, ...] = ()
     info_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     reward_range: tuple[float, float] | None = None
+    compute_terminated: RewardFn | None = None
 
     def to_env_action(self, action: np.ndarray) -> np.ndarray:
         """Agent actions ``[..., action_dim]`` in ``[-1, 1]`` -> the env's units (see :func:`to_env_action`)."""
@@ -183,13 +190,25 @@ def wrap_goal_env(env: gym.Env) -> gym.Env:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _buildable(env_id: str) -> bool:
+    """False for a registered id whose env needs mujoco_py (gymnasium_robotics' ``-v1`` Fetch tasks, its
+    ``MujocoPy*`` classes) where mujoco_py is not installed."""
+    entry = gym.registry[env_id].entry_point
+    return not (isinstance(entry, str) and ":MujocoPy" in entry and importlib.util.find_spec("mujoco_py") is None)
+
+
 def _resolve_env_id(env_id: str) -> None:
-    """Make sure ``env_id`` is registered, importing gymnasium_robotics only if it is needed."""
+    """Make sure ``env_id`` is registered and can be built, importing gymnasium_robotics only if it is needed.
+
+    Raises:
+        ValueError: an unknown id (with the close registered ones), an old id that needs mujoco_py (with the
+            maintained version of the task).
+    """
     if not isinstance(env_id, str):
         raise TypeError(
             f"env_id must be a str such as 'FetchReach-v4', got {type(env_id).__name__}: {env_id!r}"
         )
-    if env_id in gym.registry:
+    if env_id in gym.registry and _buildable(env_id):
         return
     try:
         # gymnasium-robotics prints a notice about its Adroit envs to stderr at import; it is not about Fetch.
@@ -199,9 +218,17 @@ def _resolve_env_id(env_id: str) -> None:
         gymnasium_robotics = None
     if gymnasium_robotics is not None:
         gym.register_envs(gymnasium_robotics)
-    if env_id in gym.registry:
+    if env_id in gym.registry and _buildable(env_id):
         return
-    close = difflib.get_close_matches(env_id, list(dict.fromkeys([*FETCH_TASKS, *gym.registry])), n=5, cutoff=0.5)
+    if env_id in gym.registry:  # e.g. FetchReach-v1: gym.make would end in DependencyNotInstalled
+        ns, name, _ = parse_env_id(env_id)
+        newer = sorted((spec.version or 0, i) for i, spec in gym.registry.items()
+                       if (spec.namespace, spec.name) == (ns, name) and _buildable(i))
+        use = f"use {newer[-1][1]}, the same task on the maintained mujoco bindings" if newer else "pick another env"
+        raise ValueError(f"env id {env_id!r} is an old version that needs mujoco_py, which is not installed "
+                         f"(nor supported here): {use}")
+    usable = [i for i in dict.fromkeys([*FETCH_TASKS, *gym.registry]) if _buildable(i)]
+    close = difflib.get_close_matches(env_id, usable, n=5, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ValueError(
         f"Unknown env id {env_id!r}: it is not registered with gymnasium (gymnasium_robotics included)."
@@ -223,7 +250,7 @@ def make_env(env_id: str, seed: int | None = None, render_mode: str | None = Non
         env's own bounds) and its observations are fresh arrays at every ``reset`` / ``step``.
 
     Raises:
-        ValueError: unknown env id.
+        ValueError: unknown env id, or an old one that needs mujoco_py (names the version to use).
         TypeError: the observation space is not a Dict with ``observation``, ``achieved_goal`` and
             ``desired_goal`` 1-D boxes, the action space is not a bounded 1-D Box, or ``compute_reward`` is
             missing or not vectorized.
@@ -344,6 +371,54 @@ def _bool_success(fn: SuccessFn) -> SuccessFn:
     return compute_success
 
 
+def _bool_terminated(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def compute_terminated(achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None) -> np.ndarray:
+        return np.asarray(fn(achieved_goal, desired_goal, info)).astype(bool)
+
+    return compute_terminated
+
+
+# gymnasium-robotics' GoalEnv (abstract) and robot base classes (constant False): no termination of their own
+_BASE_TERMINATED_MODULES = ("gymnasium_robotics.core", "gymnasium_robotics.envs.robot_env")
+
+
+def _compute_terminated(unwrapped: Any, ag: np.ndarray, dg: np.ndarray, info: dict[str, np.ndarray] | None,
+                        env_id: str) -> Callable | None:
+    """The env's own ``compute_terminated`` when it defines a non-trivial, vectorized one, else None.
+
+    Non-trivial: defined by the env's class rather than gymnasium-robotics' base classes (Fetch's returns a
+    constant False). Vectorized: it returns one flag per goal for the probe batch (apart and achieved goals,
+    with the info keys ``compute_reward`` needs). One that raises on that batch, or returns another shape and
+    ends episodes (True for one achieved == desired goal), is warned about: the replay then keeps the stored
+    flags, and a relabeled success still bootstraps.
+    """
+    fn = getattr(unwrapped, "compute_terminated", None)
+    owner = next((c for c in type(unwrapped).__mro__ if "compute_terminated" in vars(c)), None)
+    if not callable(fn) or owner is None or owner.__module__ in _BASE_TERMINATED_MODULES or _is_fetch(unwrapped):
+        return None
+    goals = np.concatenate([ag, ag]), np.concatenate([dg, ag])  # apart, and achieved
+    batch = None if info is None else {k: np.concatenate([v, v]) for k, v in info.items()}
+    n = len(goals[0])
+    try:
+        out = np.asarray(fn(*goals, batch))
+    except Exception as exc:
+        problem = f"called with {n} goals it raised {type(exc).__name__}: {exc}"
+    else:
+        if out.shape == (n,):
+            return _bool_terminated(fn)
+        try:  # a scalar for a batch: does it end episodes at all (one achieved goal)?
+            one = None if info is None else {k: v[0] for k, v in info.items()}
+            if not bool(np.asarray(fn(ag[0], ag[0], one))):
+                return None  # never ends one (a continuing task): the stored flags are right
+        except Exception:
+            return None
+        problem = f"for {n} goals it returned shape {out.shape}, not ({n},)"
+    warnings.warn(f"{env_id}: compute_terminated is not vectorized ({problem}); relabeled transitions keep the "
+                  "stored terminated flags", stacklevel=3)
+    return None
+
+
 def _is_fetch(unwrapped: Any) -> bool:
     return type(unwrapped).__module__.startswith("gymnasium_robotics.envs.fetch") and hasattr(
         unwrapped, "distance_threshold"
@@ -402,6 +477,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
                 compute_success = None
 
     reward_range = _reward_range(unwrapped, compute_reward, ag, dg, info)
+    compute_terminated = _compute_terminated(unwrapped, ag, dg, info, env_id)
     max_steps = env.spec.max_episode_steps if env.spec is not None else None
     return GoalEnvSpec(
         env_id=env_id,
@@ -416,6 +492,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
         info_keys=info_keys,
         info_shapes=info_shapes,
         reward_range=reward_range,
+        compute_terminated=compute_terminated,
     )
 
 

@@ -755,3 +755,19 @@ def test_update_runs_in_train_mode_and_torch_acting_in_eval_mode(algo):
     assert not any(m.training for m in online + targets) and not agent.actor.dropout.training
     agent.update(make_batch(16))
     assert all(m.training for m in online) and not any(m.training for m in targets)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_an_agent_built_directly_clips_no_target_so_positive_rewards_are_learned(algo):
+    """Without the training loop (which derives the clip from the env's reward range) no TD target is clipped
+    unless asked: the old default [-50, 0] cut every target of a positive reward to 0."""
+    assert make_agent(algo, OBS, GOAL, ACT, **SMALL).config.q_clip is None
+    assert DDPGAgent(OBS, GOAL, ACT, DDPGConfig(hidden=(8,)), device="cpu").config.q_clip is None
+    torch.manual_seed(0)
+    agent = make_agent(algo, OBS, GOAL, ACT, critic_lr=3e-3, **SMALL)
+    batch = make_batch(64, terminated=True)
+    batch.reward = -batch.reward  # +1 where the first feature is negative, else 0: y = r in [0, 1]
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    for _ in range(150):
+        last = agent.update(batch)
+    assert last["q_mean"] == pytest.approx(float(batch.reward.mean()), abs=0.15), last["q_mean"]  # 0.5, not <= 0

@@ -3,6 +3,8 @@ written or deleted. In-process ``train_main`` calls: config errors stop before a
 
 from __future__ import annotations
 
+import csv
+import errno
 import shutil
 import subprocess
 import sys
@@ -58,7 +60,7 @@ def _one_error_line(err: str) -> str:
     ("train.seed=-1", "train.seed must be in [0, 2**32 - 10000), got -1"),
     ("replay.strategy=bogus", "replay.strategy must be one of ['future', 'final', 'episode', 'mixed'], got 'bogus'"),
     ("replay.other_desired_fraction=2", "replay.other_desired_fraction must be a number in [0, 1], got 2.0"),
-    ("agent.precision=fp16", "agent.precision must be one of ['fp32', 'bf16'], got 'fp16' (str)"),
+    ("agent.precision=fp16", "agent.precision must be one of ['fp32', 'bf16', 'auto'], got 'fp16' (str)"),
     ("agent.alpha=0.1", "unknown key 'agent.alpha' for algo 'ddpg'; valid agent keys: action_l2, actor_lr"),
     ("env.vectorization=threads", "env.vectorization must be one of ['sync', 'async'], got 'threads' (str)"),
     ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
@@ -147,23 +149,91 @@ def test_her_eval_bad_argument_is_one_line(finished_run, capsys, monkeypatch, ar
     assert "Traceback" not in err and expect in err.strip().splitlines()[-1], err
 
 
-def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, capsys, monkeypatch):
-    run_dir = tmp_path / "run"
+class _FullDisk:
+    """A file whose writes fail once 1 KB is written, as on a full disk: ``torch.save`` then raises its own
+    RuntimeError ("[enforce fail at inline_container.cc...]") with this OSError as its context."""
+
+    def __init__(self, f) -> None:
+        self.f, self.n = f, 0
+
+    def write(self, b) -> int:
+        if self.n > 1024:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.n += len(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _fill_disk_at_save(monkeypatch, n: int) -> None:
+    """The n-th and later ``torch.save`` calls hit a full disk."""
     real, calls = torch.save, []
 
-    def save(*args, **kwargs):
+    def save(obj, f, *args, **kwargs):
         calls.append(1)
-        if len(calls) > 1:
-            raise OSError(28, "No space left on device")
-        return real(*args, **kwargs)
+        return real(obj, _FullDisk(f) if len(calls) >= n else f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", save)
+
+
+def _csv_steps(run_dir: Path) -> list[int]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [int(float(r["env_steps"])) for r in csv.DictReader(f)]
+
+
+def test_full_disk_is_one_line_keeps_only_covered_rows_and_resumes_once_freed(tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "run"
+    _fill_disk_at_save(monkeypatch, 2)  # the checkpoint at 200 env steps
+    code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=300", "train.eval_every=100",
+                              f"log.run_dir={run_dir}", *TINY])
+    assert code == 1
+    assert _one_error_line(err) == (f"her-train: error: cannot write {run_dir / 'checkpoint.pt'}: No space left on "
+                                    f"device; free space, then continue with `her-train --resume {run_dir}`")
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 100
+    assert _csv_steps(run_dir) == [100]  # the row of 200 had no checkpoint: cut back
+    assert not list(run_dir.glob("*.tmp"))
+    monkeypatch.undo()  # space freed
+    code, err = _run(capsys, ["--resume", str(run_dir)])
+    assert code == 0, err
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 300
+    assert _csv_steps(run_dir) == [100, 200, 300]
+
+
+def test_full_disk_at_the_first_checkpoint_leaves_no_row_and_says_to_start_again(tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "run"
+    _fill_disk_at_save(monkeypatch, 1)
     code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
                               f"log.run_dir={run_dir}", *TINY])
     assert code == 1
-    line = _one_error_line(err)
-    assert "No space left on device" in line, line
-    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 100
+    assert _one_error_line(err) == (f"her-train: error: cannot write {run_dir / 'checkpoint.pt'}: No space left on "
+                                    "device; free space, then start the run again (no checkpoint was written yet)")
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "config.yaml"]
+
+
+def test_full_disk_while_writing_metrics_csv_leaves_no_partial_row(tmp_path, capsys, monkeypatch):
+    import her_agents.logger
+
+    run_dir = tmp_path / "run"
+    real_open, opened = open, []
+
+    def full_open(file, mode="r", *args, **kwargs):  # the first append to metrics.csv writes part of a row
+        f = real_open(file, mode, *args, **kwargs)
+        if mode == "a" and not opened:
+            opened.append(1)
+            f.write("100,2,")
+            f.flush()
+            f.close()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return f
+
+    monkeypatch.setattr(her_agents.logger, "open", full_open, raising=False)
+    code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
+                              f"log.run_dir={run_dir}", *TINY])
+    assert code == 1
+    assert _one_error_line(err) == (f"her-train: error: cannot write {run_dir / 'metrics.csv'}: No space left on "
+                                    "device; free space, then start the run again (no checkpoint was written yet)")
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "config.yaml"]  # no row cut short
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +339,68 @@ def test_print_config_of_a_complete_run_shows_what_the_resume_would_use(finished
     cfg = yaml.safe_load(capsys.readouterr().out)
     assert cfg["train"]["total_env_steps"] == 100 and cfg["train"]["eval_episodes"] == 3
     assert cfg["env"]["id"] == "FetchReach-v4"
+
+
+@pytest.mark.parametrize("override", ["log.run_dir=", "log.run_dir=''", "log.run_dir= "])
+def test_empty_run_dir_is_refused_like_an_empty_env_id(capsys, override):
+    code, err = _run(capsys, ["fetch_reach_ddpg", override, *TINY])
+    assert code == 2
+    assert _one_error_line(err) == ("her-train: error: log.run_dir must be a directory path, got an empty value; "
+                                    "leave log.run_dir out for the default runs/<env>-<algo>-s<seed>-<time>")
+
+
+@pytest.mark.parametrize("env_id, expect", [
+    ("FetchReach-v1", "her-train: error: env id 'FetchReach-v1' is an old version that needs mujoco_py, which is "
+                      "not installed (nor supported here): use FetchReach-v4, the same task on the maintained "
+                      "mujoco bindings"),
+    ("FetchPickAndPlaceDense-v1", "use FetchPickAndPlaceDense-v4"),
+    ("FetchPush-v2", "Did you mean: FetchPush-v4, FetchPushDense-v4"),
+])
+def test_old_or_unknown_env_id_is_one_line_offering_only_ids_that_build(tmp_path, capsys, env_id, expect):
+    import importlib.util
+
+    if importlib.util.find_spec("mujoco_py") is not None:
+        pytest.skip("mujoco_py is installed: the -v1 ids build")
+    code, err = _run(capsys, ["fetch_reach_ddpg", f"env.id={env_id}", f"log.run_dir={tmp_path / 'run'}", *TINY])
+    assert code == 2
+    line = _one_error_line(err)
+    assert expect in line and "-v1," not in line and "-v1?" not in line, line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "read_only_dir", "a_directory"])
+def test_her_eval_video_that_cannot_be_written_is_refused_before_the_evaluation(finished_run, tmp_path, capsys,
+                                                                                monkeypatch, where):
+    import os
+
+    import her_agents.train
+    from her_agents.cli import eval_main
+
+    if where == "under_a_file":
+        (tmp_path / "a_file").write_text("")
+        video, named = tmp_path / "a_file" / "sub" / "v.mp4", f"{tmp_path / 'a_file'} (Not a directory)"
+    elif where == "read_only_dir":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only directory")
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        video, named = ro / "v.gif", f"{ro} (Permission denied)"
+    else:
+        video, named = tmp_path / "dir.mp4", f"{tmp_path / 'dir.mp4'} (Is a directory)"
+        video.mkdir()
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("the evaluation ran before the video path was checked")
+
+    monkeypatch.setattr(her_agents.train, "evaluate", no_evaluation)
+    assert eval_main([str(finished_run), "--video", str(video)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"her-eval: error: --video {video}: cannot write {named}", err
+
+
+def test_agent_from_checkpoint_gets_the_loops_derived_q_clip(finished_run):
+    from her_agents.registry import agent_from_checkpoint
+
+    state = load_checkpoint(finished_run)
+    assert "q_clip" not in state["config"]["agent"]
+    assert agent_from_checkpoint(state).config.q_clip == (-50.0, 0.0)  # FetchReach, gamma 0.98, as in training

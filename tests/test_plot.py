@@ -89,6 +89,7 @@ def test_her_plot_missing_run_dir_gives_clear_error(runs, tmp_path):
 @pytest.mark.parametrize("case, expect", [
     ("empty", "has no rows"),
     ("metric", "no column 'eval/nope'"),
+    ("table_metric", "no column 'eval/nope'"),
     ("nothing", "no run directories given"),
     ("label_first", "no run directories before it"),
     ("binary", "binary/metrics.csv is not a metrics CSV ('utf-8' codec can't decode"),
@@ -106,6 +107,7 @@ def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expe
     (tmp_path / "binary").mkdir()
     (tmp_path / "binary" / "metrics.csv").write_bytes(b"env_steps,wall_time\n\xff\xfe\x00garbage\n")
     argv = {"empty": [str(runs[0]), str(empty)], "metric": [str(runs[0]), "--metric", "eval/nope"],
+            "table_metric": [str(runs[0]), "--table", "--metric", "eval/nope"],
             "nothing": ["--out", str(tmp_path / "x.png")], "label_first": ["--label", "A", str(runs[0])],
             "binary": [str(runs[0]), str(tmp_path / "binary")],
             "table_negative": [str(runs[0]), "--table", "-5"], "table_nan": [str(runs[0]), "--table", "nan"],
@@ -141,3 +143,101 @@ def test_her_plot_table_levels_and_a_step_before_the_first_evaluation(runs, caps
     assert lines[0] == "| run | to 0.4 | to 0.7 | at 0 | at 2k | env steps | wall min |"
     # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k; nothing was evaluated at or before 0 env steps
     assert lines[2].split(" | ")[1:5] == ["2k", "3k", "-", "0.40"]
+
+
+def _with_env(run_dir: Path, env_id: str) -> Path:
+    (run_dir / "config.yaml").write_text(f"env:\n  id: {env_id}\nalgo: ddpg\n")
+    return run_dir
+
+
+@pytest.fixture
+def uneven(tmp_path) -> list[Path]:
+    """Two runs of one env evaluated at different env steps: every 1k, and every 2k from 2k."""
+    return [_with_env(_write_run(tmp_path / "e1k", [1000, 2000, 3000, 4000], [0.1, 0.2, 0.3, 0.4], 0.01),
+                      "FetchReach-v4"),
+            _with_env(_write_run(tmp_path / "e2k", [2000, 4000], [0.5, 0.6], 0.01), "FetchReach-v4")]
+
+
+def test_her_plot_table_means_only_where_every_run_evaluated_and_says_so(uneven, capsys):
+    assert main([str(uneven[0]), str(uneven[1]), "--label", "A", "--table", "1000", "2000", "3000", "4000",
+                 "--levels", "0.35", "0.5"]) == 0
+    out, err = capsys.readouterr()
+    rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ")[1:] for ln in out.strip().splitlines()[2:]}
+    assert rows["e1k"][:6] == ["4k", "-", "0.10", "0.20", "0.30", "0.40"]
+    assert rows["e2k"][:6] == ["2k", "2k", "-", "0.50", "0.50", "0.60"]
+    # mean at 2k (0.35) and 4k (0.5) only: nothing before e2k's first evaluation, no value carried to 3k
+    assert rows["**A: mean of 2**"][:6] == ["2k", "4k", "-", "0.35", "-", "0.50"]
+    assert err.strip() == ("her-plot: label 'A': the mean of its 2 runs is taken at the 2 env steps where all of "
+                           "them evaluated (2k to 4k); 2 evaluation(s) of single runs are left out")
+
+
+def test_her_plot_curve_is_the_mean_where_every_run_evaluated(uneven, tmp_path, capsys, monkeypatch):
+    import matplotlib.axes
+
+    drawn = []
+    real = matplotlib.axes.Axes.plot
+
+    def plot(self, x, y, *args, **kwargs):
+        drawn.append((np.asarray(x).tolist(), np.asarray(y).tolist()))
+        return real(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
+    assert main([str(uneven[0]), str(uneven[1]), "--label", "A", "--out", str(tmp_path / "p.png")]) == 0
+    (steps, mean), (minutes, mean_wall) = drawn
+    assert steps == [2.0, 4.0] and mean == pytest.approx([0.35, 0.5])  # no point at 1k (e2k had none yet)
+    assert minutes == pytest.approx([20 / 60, 40 / 60]) and mean_wall == mean  # the runs' mean wall time
+    assert "taken at the 2 env steps where all of them evaluated" in capsys.readouterr().err
+
+
+def test_her_plot_runs_without_a_common_evaluation_step_are_refused(tmp_path, capsys):
+    a = _write_run(tmp_path / "a", [1000, 3000], [0.1, 0.3], 0.01)
+    b = _write_run(tmp_path / "b", [2000, 4000], [0.2, 0.4], 0.01)
+    for args in (["--table"], ["--out", str(tmp_path / "x.png")]):
+        with pytest.raises(SystemExit) as exc:
+            main([str(a), str(b), "--label", "A", *args])
+        assert exc.value.code == 2
+        assert ("her-plot: error: label 'A': its runs have no env step at which all of them evaluated (first "
+                "evaluations at 1k, 2k); give them separate --label names") in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_her_plot_warns_when_a_label_mixes_env_ids(runs, capsys):
+    _with_env(runs[0], "FetchReach-v4")
+    _with_env(runs[2], "FetchPush-v4")
+    assert main([str(runs[0]), str(runs[2]), "--label", "mixed", "--table"]) == 0
+    err = capsys.readouterr().err
+    assert ("her-plot: warning: label 'mixed' mixes env ids (FetchReach-v4: a-s0; FetchPush-v4: b-s0); its mean "
+            "averages different tasks (give each env its own --label)") in err.splitlines()
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "read_only_dir"])
+def test_her_plot_out_that_cannot_be_written_is_one_line(runs, tmp_path, capsys, where):
+    import os
+
+    if where == "under_a_file":
+        (tmp_path / "a_file").write_text("")
+        out, named = tmp_path / "a_file" / "x.png", f"{tmp_path / 'a_file'} (Not a directory)"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only directory")
+        (tmp_path / "ro").mkdir(mode=0o555)
+        out, named = tmp_path / "ro" / "x.png", f"{tmp_path / 'ro' / 'x.png'} (Permission denied)"
+    assert main([str(runs[0]), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"her-plot: error: --out {out}: cannot write {named}", err
+
+
+@pytest.mark.parametrize("levels, metric, ok", [(["1.5"], "eval/success_rate", False),
+                                                (["-0.1", "0.5"], "eval/success_rate", False),
+                                                (["0", "1"], "eval/success_rate", True),
+                                                (["1.5"], "eval/final_distance", True)])
+def test_her_plot_levels_of_a_rate_must_be_in_the_unit_interval(runs, capsys, levels, metric, ok):
+    argv = [str(runs[0]), "--table", "--levels", *levels, "--metric", metric]
+    if ok:
+        assert main(argv) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (f"her-plot: error: --levels: eval/success_rate is a rate in [0, 1], got "
+                                       f"{float(levels[0]):g}\n")  # one line, no usage text

@@ -287,9 +287,15 @@ def test_default_run_dirs_started_in_the_same_second_never_collide(tmp_path, mon
 
 def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_before_it_starts(tmp_path,
                                                                                          monkeypatch):
+    """... and once it starts, the old run's W&B runs go with it."""
     run_dir = tmp_path / "run"
     train(_small_cfg(run_dir, "train.total_env_steps=100", mode="disabled"))
-    before = {p: (run_dir / p).read_bytes() for p in ("checkpoint.pt", "metrics.csv")}
+    old_wandb = [run_dir / "wandb" / "offline-run-20250101_000000-old", run_dir / "wandb" / "run-20250101_000000-x"]
+    for d in old_wandb:  # the old run's W&B files, as an offline / online run leaves them
+        d.mkdir(parents=True)
+        (d / "run-old.wandb").write_bytes(b"old")
+    before = {p: (run_dir / p).read_bytes() for p in ("checkpoint.pt", "metrics.csv", *(d / "run-old.wandb"
+                                                                                           for d in old_wandb))}
     with pytest.raises(ValueError, match=r"holds a run's checkpoint.pt: continue that run with `her-train "
                                          r"--resume .*`, or start a new one there with `--overwrite`"):
         train(_small_cfg(run_dir, mode="disabled"))
@@ -309,6 +315,8 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
     train(_small_cfg(run_dir, "train.total_env_steps=200", mode="disabled"), overwrite=True)
     assert _csv_steps(run_dir) == [100, 200]  # the new run's rows only
     assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 200
+    # `wandb sync <run_dir>/wandb/offline-run-*` uploads the new run only
+    assert not any(d.exists() for d in old_wandb) and not glob.glob(str(run_dir / "wandb" / "*run-*"))
 
 
 # ---------------------------------------------------------------------------------------------------- resume
@@ -353,3 +361,78 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
     # does fewer updates than the uninterrupted one while its empty replay fills up again).
     assert end["replay_schedule"]["n_samples"] == end["counters"]["updates"] > mid["counters"]["updates"]
     assert full_state["replay_schedule"]["n_samples"] == full_state["counters"]["updates"]
+
+
+# ---------------------------------------------------------------------------------------------------- first lines
+
+
+def test_first_line_says_where_the_run_goes_before_wandb_starts(tmp_path, monkeypatch):
+    """With a key and no network an online ``wandb.init`` waits its whole timeout: the line comes first."""
+    import wandb
+
+    import her_agents.logger as logger_mod
+
+    for k in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("WANDB_API_KEY", "dummy")
+    events = []
+    monkeypatch.setattr(logger_mod.tqdm, "write", lambda line, *a, **k: events.append(line))
+
+    class Run:
+        id = "stub"
+
+        def define_metric(self, *args, **kwargs):
+            pass
+
+        def finish(self, *args, **kwargs):
+            pass
+
+        summary: dict = {}
+
+    def init(*args, mode, **kwargs):
+        events.append(f"wandb.init {mode}")
+        if mode == "online":
+            raise TimeoutError("no answer")
+        return Run()
+
+    monkeypatch.setattr(wandb, "init", init)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    logger = RunLogger(_small_cfg(run_dir, mode="auto"), run_dir)
+    logger.finish()
+    assert events[0] == (f"her-train: new run to 300 env steps in {run_dir} (W&B online: starting, up to 20 s, "
+                         "else offline)")
+    assert events[1] == "wandb.init online" and events[2].startswith("W&B: cannot log online")
+    assert events[3] == "wandb.init offline"
+
+
+def test_a_signal_is_acknowledged_at_once_with_what_the_stop_waits_for(capfd):
+    with run_control.GracefulStop() as stop:
+        stop.busy = "the first update's compile (15-40 s)"
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the handler runs at the next bytecode
+        assert stop.signum == signal.SIGINT
+        assert capfd.readouterr().err == ("\nher-train: SIGINT received: stopping once the first update's compile "
+                                          "(15-40 s) is done (Ctrl-C again stops at once)\n")
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+    with run_control.GracefulStop(announce=False) as stop:  # data-parallel ranks > 0: rank 0 says it
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert stop.signum == signal.SIGTERM and capfd.readouterr().err == ""
+
+
+def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_path, capfd, monkeypatch):
+    import her_agents.train as train_mod
+
+    def compiling(*args, **kwargs):  # the user presses Ctrl-C while the loss functions compile
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        assert "compile (15-40 s) is done" in capfd.readouterr().err  # before the compile ends
+
+    monkeypatch.setattr(train_mod, "first_learn_step", compiling)
+    with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT") as stopped:
+        train(_small_cfg(tmp_path / "run", "agent.compile=true", mode="disabled"))
+    assert stopped.value.env_steps < 100  # right after that update, before the first evaluation
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["counters"]["env_steps"] == stopped.value.env_steps

@@ -1,5 +1,5 @@
 """The analysis scripts' pure parts: ``scripts/slide_failure_modes.py`` sorts an episode's end into the kind of
-failure it names."""
+failure it names; the benchmark ``tests/benchmarks/bench_train_speed.py`` gives each of its runs a directory."""
 
 from __future__ import annotations
 
@@ -12,12 +12,17 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-@pytest.fixture(scope="module")
-def slide():
-    spec = importlib.util.spec_from_file_location("slide_failure_modes", SCRIPTS / "slide_failure_modes.py")
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def slide():
+    return load_script("slide_failure_modes")
 
 
 START = np.array([1.3, 0.75, 0.41])
@@ -45,10 +50,7 @@ def test_slide_errors_are_measured_along_and_across_the_start_to_goal_line(slide
 
 @pytest.fixture(scope="module")
 def behaviour():
-    spec = importlib.util.spec_from_file_location("fetch_policy_behaviour", SCRIPTS / "fetch_policy_behaviour.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fetch_policy_behaviour")
 
 
 def test_policy_behaviour_tells_reaching_moving_and_saturation(behaviour):
@@ -65,3 +67,31 @@ def test_policy_behaviour_tells_reaching_moving_and_saturation(behaviour):
     assert near["closest"] == pytest.approx(0.01) and near["reached"] == 1.0 and near["moved"] == 1.0
     line = behaviour.summary([far, near])
     assert "reached 0.50" in line and "moved 0.50" in line and "success 0.50" in line
+
+
+def test_bench_train_speed_gives_each_run_its_own_run_directory(monkeypatch):
+    """``--algos ddpg sac`` (or ``--repeats``): the second run must not find the first's run in its directory."""
+    import her_agents.train as train_mod
+
+    spec = importlib.util.spec_from_file_location("bench_train_speed", SCRIPTS.parent / "tests" / "benchmarks" /
+                                                  "bench_train_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class Opened(Exception):
+        pass
+
+    dirs = []
+
+    def opens_the_run_dir_only(cfg, *args, **kwargs):  # the real refusal, then no training
+        lock = train_mod.open_run_dir(cfg, 0, None, False)
+        (lock.run_dir / "metrics.csv").write_text("env_steps,wall_time\n")
+        lock.release()
+        dirs.append(str(lock.run_dir))
+        raise Opened
+
+    monkeypatch.setattr(train_mod, "train", opens_the_run_dir_only)
+    for algo in ("ddpg", "sac", "sac"):
+        with pytest.raises(Opened):
+            bench.run_ours(algo, 1000, 1000, 0)
+    assert len(set(dirs)) == 3

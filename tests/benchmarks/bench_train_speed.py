@@ -29,6 +29,7 @@ The table has env steps/s for both and ours/SB3.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from typing import Any
 
@@ -104,12 +105,13 @@ def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp
             "log.wandb.mode=disabled",
             "log.progress=false",
             "log.checkpoint=false",
-            "log.run_dir=/tmp/bench_train_speed",
         ],
     )
     train_mod.make_agent, train_mod.build_replay = timed_make_agent, timed_build_replay
-    try:
-        result = train_mod.train(cfg)
+    try:  # each run its own directory: a second algo (or repeat) would find the first's run there
+        with tempfile.TemporaryDirectory(prefix=f"bench_train_speed-{algo}-") as run_dir:
+            cfg.log.run_dir = run_dir
+            result = train_mod.train(cfg)
     finally:
         train_mod.make_agent, train_mod.build_replay = make_agent, build_replay
     # each eval row holds the env steps/s of the window since the previous eval, eval time excluded
