@@ -179,10 +179,15 @@ class WandbConfig:
     mode: WandbMode = "auto"
     """auto | online | offline | disabled. auto: WANDB_MODE if set, online with an API key, else offline."""
     project: str = "her-robotics"
+    """W&B project the run is logged to."""
     entity: str | None = None
+    """W&B user or team; null: the API key's default entity."""
     tags: list[str] = field(default_factory=list)
+    """Tags of the W&B run (e.g. ``[push, ablation]``)."""
     group: str | None = None
+    """W&B group, e.g. one per recipe so its seeds are averaged in the W&B UI."""
     name: str | None = None
+    """Display name of the W&B run; null: the run directory's name."""
     init_timeout_s: float = 20.0
     """Seconds (> 0) an online ``wandb.init`` may take (no network, a server that does not answer) before the run
     logs offline instead."""
