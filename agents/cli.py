@@ -7,16 +7,24 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from her_agents.train import TrainResult
 
-__all__ = ["eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
+__all__ = ["OneLineErrorParser", "eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
 
 DEFAULT_CONFIG = "fetch_push_sac"
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``<prog>: error: ...``, exit status 2), without the usage
+    text: the message says what to fix, and ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def run_training(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
@@ -146,7 +154,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
 def eval_parser() -> argparse.ArgumentParser:
     """The ``her-eval`` argument parser (every option's help gives its default)."""
-    parser = argparse.ArgumentParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
+    parser = OneLineErrorParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
     parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=12345,

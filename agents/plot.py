@@ -19,9 +19,11 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
+
+from .cli import OneLineErrorParser
 
 __all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
@@ -283,21 +285,13 @@ def _is_number(token: str) -> bool:
     return True
 
 
-class _OneLineErrors(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``her-plot: error: ...``, exit status 2), without the usage
-    text: the message says what to fix, and ``--help`` shows the usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``her-plot`` argument parser (every option's help gives its default).
 
     ``--label`` is listed for ``--help``; ``main`` splits the run directories into groups at each ``--label``
     itself, since argparse cannot tie an option to the positionals before it.
     """
-    parser = _OneLineErrors(
+    parser = OneLineErrorParser(
         prog="her-plot", description=__doc__.split("\n\n")[0].replace("``", ""),
         usage="her-plot RUN_DIR [RUN_DIR ...] [--label NAME] [RUN_DIR ... --label NAME] [--out PNG] [--metric M] "
               "[--title T] [--table [STEPS ...]] [--levels L [L ...]]")
@@ -359,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(rest)
     if args.levels is not None and args.table is None:
         parser.error("--levels goes with --table (the plot has no levels)")
-    args.levels = args.levels or [0.5, 0.9]
+    rate = args.metric.endswith("success_rate")
+    if args.levels is not None and not rate:  # first crossings upward only mean something for a rate
+        parser.error(f"--levels: first crossings are given for success rates, got --metric {args.metric}")
+    args.levels = args.levels or ([0.5, 0.9] if rate else [])
     bad = [lv for lv in args.levels if not np.isfinite(lv)]
     if bad:
         parser.error(f"--levels: expected finite numbers, got {bad[0]}")
@@ -369,6 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = [st for st in args.table or [] if not (np.isfinite(st) and st >= 0)]
     if bad:
         parser.error(f"--table: expected env steps >= 0, got {bad[0]:g}")
+    if args.table is None:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = FigureCanvasBase.get_supported_filetypes()
+        suffix = Path(args.out).suffix.lstrip(".").lower()
+        if suffix not in kinds:
+            parser.error(f"--out {args.out}: expected a file name ending in an image format "
+                         f"({', '.join(sorted(kinds))}), got {'.' + suffix if suffix else 'no suffix'}")
     if pending:
         groups.setdefault(Path(pending[0]).name if len(pending) == 1 else "runs", []).extend(pending)
     if not groups:
@@ -377,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         for note in group_notes(groups):
             print(note, file=sys.stderr)
         if args.table is not None:
-            from her_agents.cli import print_to_pipe
+            from .cli import print_to_pipe
 
             return print_to_pipe(results_table(groups, args.table, levels=tuple(args.levels), metric=args.metric))
         fig = _figure(groups, args.metric, args.title)

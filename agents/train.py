@@ -467,7 +467,8 @@ def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metric
     says that the loss functions are being compiled (the update seems to hang for that long otherwise); the
     warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
     if compile_note:
-        tqdm.write("agent.compile: compiling the update's loss functions (the first update takes about 15-40 s)")
+        tqdm.write("agent.compile: compiling the update's loss functions (the first update takes 15-40 s on an idle "
+                   "core, minutes on a busy one)")
     with warnings.catch_warnings(record=True) as caught:  # the filters stay: only what would be shown is written
         learn_step(agent, replay, batch_size, metrics)
     for w in caught:
@@ -587,7 +588,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
                     if first_update:
                         first_update = False
                         compiling = bool(cfg.agent.get("compile", False))
-                        stop.busy = "the first update's compile (15-40 s)" if compiling else None
+                        stop.busy = "the first update's compile (15-40 s on an idle core)" if compiling else None
                         first_learn_step(agent, replay, t_cfg.batch_size, metrics_acc, compiling and hooks.is_main)
                         stop.busy = None
                     else:

@@ -229,8 +229,7 @@ def test_her_plot_out_that_cannot_be_written_is_one_line(runs, tmp_path, capsys,
 
 @pytest.mark.parametrize("levels, metric, ok", [(["1.5"], "eval/success_rate", False),
                                                 (["-0.1", "0.5"], "eval/success_rate", False),
-                                                (["0", "1"], "eval/success_rate", True),
-                                                (["1.5"], "eval/final_distance", True)])
+                                                (["0", "1"], "eval/success_rate", True)])
 def test_her_plot_levels_of_a_rate_must_be_in_the_unit_interval(runs, capsys, levels, metric, ok):
     argv = [str(runs[0]), "--table", "--levels", *levels, "--metric", metric]
     if ok:
@@ -241,3 +240,25 @@ def test_her_plot_levels_of_a_rate_must_be_in_the_unit_interval(runs, capsys, le
     assert exc.value.code == 2
     assert capsys.readouterr().err == (f"her-plot: error: --levels: eval/success_rate is a rate in [0, 1], got "
                                        f"{float(levels[0]):g}\n")  # one line, no usage text
+
+
+def test_her_plot_levels_are_for_success_rates_only(runs, capsys):
+    """A first crossing upward means nothing for a distance (lower is better): --levels with another metric is
+    refused, and its table has no level columns."""
+    with pytest.raises(SystemExit) as exc:
+        main([str(runs[0]), "--table", "--levels", "0.05", "--metric", "eval/final_distance"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == ("her-plot: error: --levels: first crossings are given for success rates, "
+                                       "got --metric eval/final_distance\n")
+    assert main([str(runs[0]), "--table", "--metric", "eval/final_distance"]) == 0
+    assert "to 0.5" not in capsys.readouterr().out
+
+
+def test_her_plot_out_in_an_unknown_format_is_one_line(runs, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([str(runs[0]), "--out", str(tmp_path / "x.txt")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"her-plot: error: --out {tmp_path / 'x.txt'}: expected a "
+                                                         "file name ending in an image format (") and "png" in err
+    assert "got .txt" in err and not (tmp_path / "x.txt").exists()
