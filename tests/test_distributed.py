@@ -63,8 +63,6 @@ def test_data_parallel_ranks_hold_identical_parameters_and_normalizers(tmp_path)
     assert (run_dir / "checkpoint.pt").exists()
 
 
-@pytest.mark.xfail(reason="known regression of session 12 (open): after the disk-full change, the resumed 2-rank "
-                          "run's metrics.csv lacks the row at the checkpoint step (1 row vs 2)", strict=False)
 def test_data_parallel_resume_restores_each_ranks_own_state(tmp_path, capsys):
     """2 ranks, 200 env steps each, prioritized replay saved: uninterrupted, against killed right after the
     checkpoint at 100 and resumed under torchrun. Each rank resumes its own state (RNGs, env RNGs, replay,
