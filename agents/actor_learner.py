@@ -52,11 +52,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
-from her_agents.base import Agent
-from her_agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from her_agents.distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
-from her_agents.logger import RunLogger
-from her_agents.train import (
+from .base import Agent
+from .collect import choose_action, collect_step, learn_step, normalize_from_episode
+from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
+from .logger import RunLogger
+from .train import (
     EvalLog,
     LoopHooks,
     TrainingState,

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from her_agents.fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
-from her_agents.normalizer import RunningNormalizer
+from .fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
+from .normalizer import RunningNormalizer
 
 Precision = Literal["fp32", "bf16", "auto"]
 """Valid values of :attr:`AgentConfig.precision`."""

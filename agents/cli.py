@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from her_agents.train import TrainResult
+    from .train import TrainResult
 
 __all__ = ["OneLineErrorParser", "eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
 
@@ -31,10 +31,10 @@ def run_training(cfg: DictConfig, resume: str | None = None, overwrite: bool = F
     """This process's training: the plain loop (``her_agents.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run."""
     if cfg.dist.mode == "actor_learner":
-        from her_agents.actor_learner import train_actor_learner
+        from .actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
-    from her_agents.distributed import train_data_parallel
+    from .distributed import train_data_parallel
 
     return train_data_parallel(cfg, resume, overwrite)
 
@@ -89,11 +89,11 @@ def train_main(argv: list[str] | None = None) -> int:
 
     from omegaconf import OmegaConf
 
-    from her_agents.config import load_config, resume_config
+    from .config import load_config, resume_config
 
     try:
         if args.resume:
-            from her_agents.checkpoint import load_checkpoint
+            from .checkpoint import load_checkpoint
 
             if args.overwrite:
                 raise ValueError("--overwrite starts a fresh run; it cannot be combined with --resume")
@@ -118,8 +118,8 @@ def train_main(argv: list[str] | None = None) -> int:
     if args.print_config:
         return print_to_pipe(OmegaConf.to_yaml(cfg))
 
-    from her_agents.run_control import TrainingStopped
-    from her_agents.video import check_gl_backend
+    from .run_control import TrainingStopped
+    from .video import check_gl_backend
 
     try:
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
@@ -185,8 +185,8 @@ def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
     """
     import torch
 
-    from her_agents.checkpoint import load_checkpoint
-    from her_agents.registry import agent_from_checkpoint
+    from .checkpoint import load_checkpoint
+    from .registry import agent_from_checkpoint
 
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
@@ -220,7 +220,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     if args.video:  # before the evaluation, which the video would otherwise only follow
-        from her_agents.checkpoint import check_writable
+        from .checkpoint import check_writable
 
         try:
             check_writable(args.video)
@@ -228,14 +228,14 @@ def eval_main(argv: list[str] | None = None) -> int:
             print(f"her-eval: error: --video {args.video}: cannot write {exc.filename} ({exc.strerror})",
                   file=sys.stderr)
             return 2
-    from her_agents.config import check_device
+    from .config import check_device
 
     try:
         check_device(args.device, "--device")
     except ValueError as exc:
         parser.error(str(exc))
 
-    from her_agents.video import check_gl_backend, default_headless_gl
+    from .video import check_gl_backend, default_headless_gl
 
     if args.video:
         default_headless_gl()  # before MuJoCo loads
@@ -247,9 +247,9 @@ def eval_main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from her_agents.checkpoint import load_checkpoint
-    from her_agents.registry import agent_from_checkpoint
-    from her_agents.train import evaluate
+    from .checkpoint import load_checkpoint
+    from .registry import agent_from_checkpoint
+    from .train import evaluate
     from her_envs import make_vector_env
 
     try:
@@ -272,7 +272,7 @@ def eval_main(argv: list[str] | None = None) -> int:
           f"success rate {ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
           f"mean final distance {ev['final_distance']:.4f}")
     if args.video:
-        from her_agents.video import record_episodes, write_video
+        from .video import record_episodes, write_video
 
         try:
             frames, successes = record_episodes(agent, cfg["env"]["id"], n_episodes=args.video_episodes,

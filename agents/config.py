@@ -31,7 +31,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from her_agents.fields import (
+from .fields import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
     POSITIVE,
@@ -45,7 +45,7 @@ from her_agents.fields import (
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-    from her_agents.base import AgentConfig
+    from .base import AgentConfig
 
 __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig", "LogConfig",
            "ReplayConfig", "TrainConfig", "WandbConfig", "agent_config", "agent_section", "check_device", "check_replay",
@@ -272,7 +272,7 @@ class Config:
                 ``replay.capacity``.
         """
         check_types(self)
-        from her_agents.registry import algo_name
+        from .registry import algo_name
 
         self.algo = algo_name(self.algo)
         self.agent = agent_section(self.algo, self.agent)
@@ -302,7 +302,7 @@ def agent_section(algo: str, values: Mapping[str, Any]) -> dict[str, Any]:
             does not have (with the valid ones), a value of the wrong type, not among the choices or out of
             range (the dataclass's own checks).
     """
-    from her_agents.registry import config_class
+    from .registry import config_class
 
     config_cls = config_class(algo)
     names = [f.name for f in dataclasses.fields(config_cls)]
@@ -330,7 +330,7 @@ def agent_config(cfg: DictConfig | Config, **fields: Any) -> AgentConfig:
     Raises:
         ValueError: a field the dataclass refuses.
     """
-    from her_agents.registry import config_class
+    from .registry import config_class
 
     section = OmegaConf.to_container(cfg.agent, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg.agent)
     return config_class(cfg.algo)(**{**section, **fields})

@@ -13,9 +13,9 @@ from typing import ClassVar
 
 import torch
 
-from her_agents.base import AgentConfig
-from her_agents.fields import NON_NEGATIVE, check_ranges
-from her_agents.td3 import TD3Agent
+from .base import AgentConfig
+from .fields import NON_NEGATIVE, check_ranges
+from .td3 import TD3Agent
 
 
 @dataclass

@@ -62,8 +62,8 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from her_agents.base import Agent
-from her_agents.checkpoint import (
+from .base import Agent
+from .checkpoint import (
     REPLAY_FILE,
     commit_replay,
     load_replay_arrays,
@@ -71,8 +71,8 @@ from her_agents.checkpoint import (
     save_checkpoint,
     write_pending_replay,
 )
-from her_agents.normalizer import RunningNormalizer
-from her_agents.train import LoopHooks, TrainResult, UpdateSchedule, train
+from .normalizer import RunningNormalizer
+from .train import LoopHooks, TrainResult, UpdateSchedule, train
 
 __all__ = [
     "DataParallelAgent",

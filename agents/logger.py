@@ -146,7 +146,7 @@ class RunLogger:
     def _relog_missing(self, rows: list[dict[str, Any]]) -> None:
         """Log the kept ``metrics.csv`` rows that this W&B run's local logs do not hold (a stop between a
         checkpoint and its W&B row), in step order, before any new row."""
-        from her_agents.wandb_history import logged_env_steps
+        from .wandb_history import logged_env_steps
 
         have = logged_env_steps(self.run_dir / "wandb", self.run.id)
         for r in rows:
@@ -171,7 +171,7 @@ class RunLogger:
 
     def _write_csv(self, rows: list[dict[str, Any]]) -> None:
         """Rewrite ``metrics.csv`` (header ``self._fields``) atomically: a kill never loses the old rows."""
-        from her_agents.checkpoint import write_atomic
+        from .checkpoint import write_atomic
 
         text = io.StringIO(newline="")
         w = csv.DictWriter(text, self._fields, extrasaction="ignore")
@@ -238,7 +238,7 @@ class RunLogger:
         if self._video_error is not None:
             return
         try:
-            from her_agents.video import record_episodes, write_video
+            from .video import record_episodes, write_video
 
             frames, _ = record_episodes(agent, env_id, n_episodes=1)
             path = self.run_dir / "videos" / f"eval_{step:09d}.mp4"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from her_agents.base import AgentConfig, GoalConditionedAgentBase, q_clip_for_env
-from her_agents.ddpg import DDPGAgent, DDPGConfig
-from her_agents.sac import SACAgent, SACConfig
-from her_agents.td3 import TD3Agent, TD3Config
-from her_agents.tqc import TQCAgent, TQCConfig
+from .base import AgentConfig, GoalConditionedAgentBase, q_clip_for_env
+from .ddpg import DDPGAgent, DDPGConfig
+from .sac import SACAgent, SACConfig
+from .td3 import TD3Agent, TD3Config
+from .tqc import TQCAgent, TQCConfig
 
 AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
     "ddpg": (DDPGAgent, DDPGConfig),

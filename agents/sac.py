@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from her_agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
-from her_agents.fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_ranges
-from her_agents.networks import EnsembleCritic, SquashedGaussianActor
+from .base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from .fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_ranges
+from .networks import EnsembleCritic, SquashedGaussianActor
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from her_agents.base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
-from her_agents.fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
-from her_agents.networks import DeterministicActor, EnsembleCritic
+from .base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from .fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
+from .networks import DeterministicActor, EnsembleCritic
 
 
 @dataclass

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from her_agents.base import TensorBatch, clip_q
-from her_agents.fields import AT_LEAST_ONE, check_ranges
-from her_agents.networks import EnsembleCritic
-from her_agents.sac import SACAgent, SACConfig
+from .base import TensorBatch, clip_q
+from .fields import AT_LEAST_ONE, check_ranges
+from .networks import EnsembleCritic
+from .sac import SACAgent, SACConfig
 
 
 @dataclass

@@ -27,8 +27,8 @@ from tqdm import tqdm
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from her_agents.base import Agent, q_clip_for_env
-from her_agents.checkpoint import (
+from .base import Agent, q_clip_for_env
+from .checkpoint import (
     REPLAY_FILE,
     check_world_size,
     flatten_arrays,
@@ -42,11 +42,11 @@ from her_agents.checkpoint import (
     unflatten_arrays,
     write_atomic,
 )
-from her_agents.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from her_agents.config import check_device
-from her_agents.logger import NullLogger, RunLogger
-from her_agents.registry import make_agent
-from her_agents.run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
+from .collect import choose_action, collect_step, learn_step, normalize_from_episode
+from .config import check_device
+from .logger import NullLogger, RunLogger
+from .registry import make_agent
+from .run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
 from her_envs import (
     GoalEnvSpec,
     goal_env_spec,

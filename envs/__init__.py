@@ -4,7 +4,7 @@ Importing this package pulls in gymnasium and numpy only; gymnasium_robotics and
 that needs them is built.
 """
 
-from her_envs.goal_env import (
+from .goal_env import (
     FETCH_TASKS,
     CopyObservation,
     EpisodeStartRNG,
