@@ -46,6 +46,7 @@ def wandb_mode(configured: str) -> str:
 
 
 #: how a run ended -> the W&B exit code (a non-zero code marks the W&B run failed)
+OFFLINE_INIT_TIMEOUT_S = 120.0  # the least an offline wandb.init may take (seconds)
 EXIT_CODES = {"finished": 0, "crashed": 1, "interrupted": 130, "terminated": 143}
 
 
@@ -111,13 +112,13 @@ class RunLogger:
             resume="allow" if resume_id else None,
         )
 
-        def settings() -> Any:
-            return wandb.Settings(init_timeout=float(w.init_timeout_s), finish_timeout=float(w.finish_timeout_s),
+        def settings(init_timeout: float) -> Any:
+            return wandb.Settings(init_timeout=init_timeout, finish_timeout=float(w.finish_timeout_s),
                                   silent=True, console="off")
 
         if self.mode == "online":
             try:
-                return wandb.init(mode="online", settings=settings(), **kwargs)
+                return wandb.init(mode="online", settings=settings(float(w.init_timeout_s)), **kwargs)
             except Exception as exc:  # wandb.errors.Error and anything else: W&B must never stop training
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 tqdm.write(f"W&B: cannot log online ({type(exc).__name__}: {reason}); logging offline to "
@@ -130,10 +131,13 @@ class RunLogger:
                     wandb.teardown()
         # An offline init can fail too, e.g. "run ID is in use" while the W&B service of a killed process that
         # logged to this run has not yet noticed: retry for a while, then train without W&B.
-        deadline = time.monotonic() + float(w.init_timeout_s)
+        # No network is involved offline: a slow start means a busy machine (a CI runner), not a dead server, so
+        # it gets longer than the online timeout before the run goes on without W&B.
+        limit = max(float(w.init_timeout_s), OFFLINE_INIT_TIMEOUT_S)
+        deadline = time.monotonic() + limit
         while True:
             try:
-                return wandb.init(mode=self.mode, settings=settings(), **kwargs)
+                return wandb.init(mode=self.mode, settings=settings(limit), **kwargs)
             except Exception as exc:
                 if time.monotonic() >= deadline:
                     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

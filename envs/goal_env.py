@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import io
 import functools
+import io
+import multiprocessing
 import warnings
 import importlib.util
 from collections.abc import Callable, Mapping
@@ -528,6 +529,12 @@ def _reward_range(unwrapped: Any, compute_reward: RewardFn, ag: np.ndarray, dg: 
 # ---------------------------------------------------------------------------------------------------------
 
 
+# Async workers are forked where the platform can: a forked worker knows every env registered in this process
+# (tests, notebooks, a user's script), and the choice does not follow the global start method, which importing
+# torchrl sets to "spawn".
+_ASYNC_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def make_vector_env(
     env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None, grasped_start: float = 0.0
 ) -> gym.vector.VectorEnv:
@@ -535,6 +542,8 @@ def make_vector_env(
 
     The env is validated once in this process first (clear errors before any worker starts). With
     ``seed``, sub-env ``i`` is reset with ``seed + i`` and the action spaces are seeded with ``seed``.
+    Async workers are forked where the platform can, whatever the global start method (torchrl sets "spawn"),
+    so envs registered at run time work in them.
     Use :func:`split_autoreset` on each step's output to get the real next observations. Each sub-env is
     wrapped in :class:`EpisodeStartRNG`, and in :class:`GraspedStart` with ``grasped_start`` > 0 (the share of
     episodes that start with the object in the gripper; for training envs only).
@@ -555,7 +564,8 @@ def make_vector_env(
     if grasped_start:
         GraspedStart(make_env(env_id), grasped_start).close()  # its errors here, not inside a worker
     fns = [functools.partial(_vector_sub_env, env_id, grasped_start) for _ in range(int(n_envs))]
-    venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    kwargs = {"context": _ASYNC_START_METHOD} if vectorization == "async" else {}
+    venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
     if seed is not None:
         venv.reset(seed=seed)
         venv.action_space.seed(seed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import importlib.metadata
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -390,6 +391,20 @@ def test_restored_episode_start_rngs_redo_the_resets_of_the_current_episodes(vec
         set_vector_rng_states(other, now[:1])
     for e in (venv, fresh, other):
         e.close()
+
+
+def test_async_workers_know_envs_registered_here_whatever_the_global_start_method():
+    """Importing torchrl sets the global start method to "spawn"; a spawned worker would not know an env
+    registered at run time (here, by this test module). make_vector_env forks its workers regardless."""
+    before = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("spawn", force=True)
+    try:
+        venv = make_vector_env("TestPointGoal-v0", 2, "async", seed=0)
+        obs = venv.step(np.zeros((2, 2), np.float32))[0]
+        assert obs["observation"].shape[0] == 2
+        venv.close()
+    finally:
+        multiprocessing.set_start_method(before, force=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

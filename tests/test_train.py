@@ -43,6 +43,7 @@ def reach_run(tmp_path_factory) -> Path:
     proc = _cli("fetch_reach_ddpg", f"train.total_env_steps={REACH_BUDGET}", "train.eval_every=1000",
                 "train.eval_episodes=20", f"log.run_dir={run_dir}", "log.progress=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir.parent / "cli_output.txt").write_text(proc.stdout + proc.stderr)  # for the failure messages below
     return run_dir
 
 
@@ -73,7 +74,7 @@ def test_metrics_csv_has_every_logged_column(reach_run):
 
 def test_wandb_offline_run_holds_eval_success_rate(reach_run):
     files = glob.glob(str(reach_run / "wandb" / "offline-run-*" / "run-*.wandb"))
-    assert len(files) == 1, files
+    assert len(files) == 1, (files, (reach_run.parent / "cli_output.txt").read_text()[-3000:])
     logged = [r for r in history_rows(files[0]) if "eval/success_rate" in r]
     csv_rows = _csv(reach_run / "metrics.csv")
     assert [r["env_steps"] for r in logged] == [int(r["env_steps"]) for r in csv_rows]

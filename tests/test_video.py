@@ -151,4 +151,4 @@ def test_training_logs_eval_videos_to_run_dir_and_wandb(tmp_path):
     assert len(_read_frames(Path(videos[0]))) == EPISODE_STEPS + 1
     logged = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "eval"
                            / "*.mp4"))
-    assert len(logged) == 2, logged
+    assert len(logged) == 2, (logged, (proc.stdout + proc.stderr)[-3000:])
