@@ -7,34 +7,28 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
+
+from .tools import OneLineErrorParser, print_to_pipe
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from .train import TrainResult
+    from .loop.train import TrainResult
 
-__all__ = ["OneLineErrorParser", "eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
+__all__ = ["eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
 
 DEFAULT_CONFIG = "fetch_push_sac"
 
 
-class OneLineErrorParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``<prog>: error: ...``, exit status 2), without the usage
-    text: the message says what to fix, and ``--help`` shows the usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def run_training(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
-    """This process's training: the plain loop (``her_agents.train.train``), or under torchrun its rank's part
+    """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run."""
     if cfg.dist.mode == "actor_learner":
-        from .actor_learner import train_actor_learner
+        from .dist.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
-    from .distributed import train_data_parallel
+    from .dist.distributed import train_data_parallel
 
     return train_data_parallel(cfg, resume, overwrite)
 
@@ -57,16 +51,6 @@ def train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit "
                         "(default: train)")
     return parser
-
-
-def print_to_pipe(text: str) -> int:
-    """Print ``text`` to stdout and return 0; a reader that closed the pipe early (``| head``) ends it quietly."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
-    return 0
 
 
 def _after_write_error(exc: OSError) -> str:
@@ -93,7 +77,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
     try:
         if args.resume:
-            from .checkpoint import load_checkpoint
+            from .run.checkpoint import load_checkpoint
 
             if args.overwrite:
                 raise ValueError("--overwrite starts a fresh run; it cannot be combined with --resume")
@@ -118,8 +102,8 @@ def train_main(argv: list[str] | None = None) -> int:
     if args.print_config:
         return print_to_pipe(OmegaConf.to_yaml(cfg))
 
-    from .run_control import TrainingStopped
-    from .video import check_gl_backend
+    from .run.run_control import TrainingStopped
+    from .run.video import check_gl_backend
 
     try:
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
@@ -167,48 +151,6 @@ def eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
-                        argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, Any], Any]:
-    """The command line of an analysis script of one task: ``CHECKPOINT [--episodes N] [--seed S]``, parsed and
-    checked, and the checkpoint loaded.
-
-    Args:
-        description: the script's help text (its docstring).
-        env_prefix: the env ids the script accepts start with it (``"FetchSlide"``).
-        episodes: the default of ``--episodes``.
-
-    Returns:
-        the parsed arguments, the checkpoint (:func:`her_agents.checkpoint.load_checkpoint`) and its agent
-        (built uncompiled on the CPU, one torch thread).
-
-    Exits (status 2, one error line) on a bad flag, a missing or unreadable checkpoint, or another task's run.
-    """
-    import torch
-
-    from .checkpoint import load_checkpoint
-    from .registry import agent_from_checkpoint
-
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
-    parser.add_argument("--episodes", type=int, default=episodes, help="episodes (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1000, help="episode i is reset with seed + i (default: "
-                        "%(default)s)")
-    args = parser.parse_args(argv)
-    if args.episodes < 1:
-        parser.error(f"--episodes must be >= 1, got {args.episodes}")
-    if args.seed < 0:
-        parser.error(f"--seed must be >= 0, got {args.seed}")
-    try:
-        state = load_checkpoint(args.checkpoint)
-    except (FileNotFoundError, ValueError) as exc:
-        parser.error(str(exc))
-    env_id = state["config"]["env"]["id"]
-    if not env_id.startswith(env_prefix):
-        parser.error(f"{args.checkpoint} is a {env_id} run, not {env_prefix}")
-    torch.set_num_threads(1)
-    return args, state, agent_from_checkpoint(state, compile=False)
-
-
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)
@@ -220,7 +162,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     if args.video:  # before the evaluation, which the video would otherwise only follow
-        from .checkpoint import check_writable
+        from .run.checkpoint import check_writable
 
         try:
             check_writable(args.video)
@@ -235,7 +177,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    from .video import check_gl_backend, default_headless_gl
+    from .run.video import check_gl_backend, default_headless_gl
 
     if args.video:
         default_headless_gl()  # before MuJoCo loads
@@ -247,9 +189,9 @@ def eval_main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from .checkpoint import load_checkpoint
-    from .registry import agent_from_checkpoint
-    from .train import evaluate
+    from .run.checkpoint import load_checkpoint
+    from .algos.registry import agent_from_checkpoint
+    from .loop.train import evaluate
     from her_envs import make_vector_env
 
     try:
@@ -272,7 +214,7 @@ def eval_main(argv: list[str] | None = None) -> int:
           f"success rate {ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
           f"mean final distance {ev['final_distance']:.4f}")
     if args.video:
-        from .video import record_episodes, write_video
+        from .run.video import record_episodes, write_video
 
         try:
             frames, successes = record_episodes(agent, cfg["env"]["id"], n_episodes=args.video_episodes,

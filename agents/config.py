@@ -45,7 +45,7 @@ from .fields import (
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-    from .base import AgentConfig
+    from .algos.base import AgentConfig
 
 __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig", "LogConfig",
            "ReplayConfig", "TrainConfig", "WandbConfig", "agent_config", "agent_section", "check_device", "check_replay",
@@ -230,8 +230,8 @@ class DistConfig:
     """Multi-process training under ``torchrun`` (ignored in a plain single-process run)."""
 
     mode: DistMode = "data_parallel"
-    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/distributed.py``).
-    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/actor_learner.py``)."""
+    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/dist/distributed.py``).
+    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/dist/actor_learner.py``)."""
     backend: DistBackend = "auto"
     """Collective backend of data_parallel: auto (nccl with CUDA, else gloo) | gloo | nccl."""
     weight_sync_every: int = 50
@@ -253,7 +253,7 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: str = "ddpg"
-    """ddpg | td3 | sac | tqc (the registered algorithms, :data:`her_agents.registry.AGENTS`; case-insensitive)."""
+    """ddpg | td3 | sac | tqc (the registered algorithms, :data:`her_agents.algos.registry.AGENTS`; case-insensitive)."""
     agent: dict[str, Any] = field(default_factory=dict)
     """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``,
     ``TQCConfig``): given keys are checked and converted, missing ones get the dataclass's defaults, except
@@ -272,7 +272,7 @@ class Config:
                 ``replay.capacity``.
         """
         check_types(self)
-        from .registry import algo_name
+        from .algos.registry import algo_name
 
         self.algo = algo_name(self.algo)
         self.agent = agent_section(self.algo, self.agent)
@@ -302,7 +302,7 @@ def agent_section(algo: str, values: Mapping[str, Any]) -> dict[str, Any]:
             does not have (with the valid ones), a value of the wrong type, not among the choices or out of
             range (the dataclass's own checks).
     """
-    from .registry import config_class
+    from .algos.registry import config_class
 
     config_cls = config_class(algo)
     names = [f.name for f in dataclasses.fields(config_cls)]
@@ -330,7 +330,7 @@ def agent_config(cfg: DictConfig | Config, **fields: Any) -> AgentConfig:
     Raises:
         ValueError: a field the dataclass refuses.
     """
-    from .registry import config_class
+    from .algos.registry import config_class
 
     section = OmegaConf.to_container(cfg.agent, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg.agent)
     return config_class(cfg.algo)(**{**section, **fields})

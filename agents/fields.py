@@ -1,6 +1,6 @@
 """Typed dataclass fields: check and convert a dataclass's values against its annotations, check ranges, and say
 in words what a type expects. The config sections (:mod:`her_agents.config`) and the agents' config dataclasses
-(:class:`her_agents.base.AgentConfig` and its subclasses) call these from ``__post_init__``, so each validates its
+(:class:`her_agents.algos.base.AgentConfig` and its subclasses) call these from ``__post_init__``, so each validates its
 own values, with one-line errors that start with the field's name (a caller adds the section, e.g. ``agent.``).
 
 No torch import here: the run config uses it before anything heavy is loaded.

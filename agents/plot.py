@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .cli import OneLineErrorParser
+from .tools import OneLineErrorParser, print_to_pipe
 
 __all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
@@ -382,8 +382,6 @@ def main(argv: list[str] | None = None) -> int:
         for note in group_notes(groups):
             print(note, file=sys.stderr)
         if args.table is not None:
-            from .cli import print_to_pipe
-
             return print_to_pipe(results_table(groups, args.table, levels=tuple(args.levels), metric=args.metric))
         fig = _figure(groups, args.metric, args.title)
     except (FileNotFoundError, ValueError) as exc:

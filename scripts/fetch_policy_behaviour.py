@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from her_agents.cli import checkpoint_analysis
+from her_agents.tools import checkpoint_analysis
 from her_envs import make_env
 
 REACH_M = 0.05  # the gripper "reached" the object within this distance (the object is a 5 cm cube)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from her_agents.cli import checkpoint_analysis
+from her_agents.tools import checkpoint_analysis
 from her_envs import make_env
 
 

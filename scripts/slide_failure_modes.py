@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from her_agents.cli import checkpoint_analysis
+from her_agents.tools import checkpoint_analysis
 from her_envs import make_env
 
 DISTANCE_BINS = (0.0, 0.3, 0.45, 0.6, np.inf)  # metres from the puck's start to the goal, in the table plane

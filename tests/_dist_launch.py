@@ -8,7 +8,7 @@ is written, as a run killed there would (to resume it).
 import os
 import sys
 
-import her_agents.train as train_mod
+import her_agents.loop.train as train_mod
 from her_agents.cli import train_main
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from her_agents.checkpoint import load_checkpoint
+from her_agents.run.checkpoint import load_checkpoint
 
 __all__ = ["differences", "run_differences"]
 

@@ -14,14 +14,14 @@ import torch
 from scipy import stats
 from torch import nn
 
-from her_agents.base import Agent, GoalConditionedAgentBase, resolve_device, td_target
-from her_agents.ddpg import DDPGAgent, DDPGConfig
-from her_agents.networks import EnsembleCritic, SquashedGaussianActor, mlp, tanh_log_det_jacobian
-from her_agents.normalizer import RunningNormalizer
-from her_agents.registry import make_agent
-from her_agents.sac import SACAgent, SACConfig
-from her_agents.td3 import TD3Agent, TD3Config, smoothed_target_action
-from her_agents.tqc import TQCAgent, TQCConfig, quantile_huber_loss
+from her_agents.algos.base import Agent, GoalConditionedAgentBase, resolve_device, td_target
+from her_agents.algos.ddpg import DDPGAgent, DDPGConfig
+from her_agents.algos.networks import EnsembleCritic, SquashedGaussianActor, mlp, tanh_log_det_jacobian
+from her_agents.algos.normalizer import RunningNormalizer
+from her_agents.algos.registry import make_agent
+from her_agents.algos.sac import SACAgent, SACConfig
+from her_agents.algos.td3 import TD3Agent, TD3Config, smoothed_target_action
+from her_agents.algos.tqc import TQCAgent, TQCConfig, quantile_huber_loss
 
 OBS, GOAL, ACT = 7, 3, 2
 SMALL = {"hidden": (32, 32), "device": "cpu"}
@@ -303,7 +303,7 @@ def test_precision_is_validated():
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_device_has_native_bf16(monkeypatch, native):
-    import her_agents.base as base
+    import her_agents.algos.base as base
 
     monkeypatch.setattr(base, "native_bf16", lambda device: native)
     agent = make_agent("ddpg", OBS, GOAL, ACT, precision="auto", **SMALL)
@@ -473,7 +473,7 @@ def test_state_dict_round_trip(algo):
 def test_agent_protocol_networks_optimizers_and_policy_state(algo):
     """What the loop, the data-parallel wrapper and the actor-learner use: the ``Agent`` protocol, the networks
     and optimizers by name, and the policy state an actor loads (acting identically afterwards)."""
-    from her_agents.distributed import DataParallelAgent
+    from her_agents.dist.distributed import DataParallelAgent
 
     agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
     assert isinstance(agent, Agent) and isinstance(DataParallelAgent(agent, {}), Agent)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from her_agents.base import native_bf16
+from her_agents.algos.base import native_bf16
 
 BUDGETS = {"td3": 3000, "sac": 2000, "tqc": 3000}
 

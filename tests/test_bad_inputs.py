@@ -14,10 +14,10 @@ import pytest
 import torch
 import yaml
 
-from her_agents.checkpoint import load_checkpoint
 from her_agents.cli import train_main
 from her_agents.config import load_config
-from her_agents.train import train
+from her_agents.loop.train import train
+from her_agents.run.checkpoint import load_checkpoint
 
 TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
         "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false",
@@ -119,12 +119,12 @@ def test_cuda_device_without_cuda_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_replay_too_large_for_memory_is_one_line(tmp_path, capsys, monkeypatch):
-    import her_agents.train
+    import her_agents.loop.train
 
     def no_memory(*args, **kwargs):  # what numpy raises for replay.capacity=1000000000000
         raise MemoryError("Unable to allocate 89.1 TiB for an array with shape (1000000000000, 25)")
 
-    monkeypatch.setattr(her_agents.train, "build_replay", no_memory)
+    monkeypatch.setattr(her_agents.loop.train, "build_replay", no_memory)
     code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}", *TINY])
     assert code == 2
     line = _one_error_line(err)
@@ -212,7 +212,7 @@ def test_full_disk_at_the_first_checkpoint_leaves_no_row_and_says_to_start_again
 
 
 def test_full_disk_while_writing_metrics_csv_leaves_no_partial_row(tmp_path, capsys, monkeypatch):
-    import her_agents.logger
+    import her_agents.run.logger
 
     run_dir = tmp_path / "run"
     real_open, opened = open, []
@@ -227,7 +227,7 @@ def test_full_disk_while_writing_metrics_csv_leaves_no_partial_row(tmp_path, cap
             raise OSError(errno.ENOSPC, "No space left on device")
         return f
 
-    monkeypatch.setattr(her_agents.logger, "open", full_open, raising=False)
+    monkeypatch.setattr(her_agents.run.logger, "open", full_open, raising=False)
     code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100",
                               f"log.run_dir={run_dir}", *TINY])
     assert code == 1
@@ -315,7 +315,7 @@ def test_print_config_into_a_pipe_closed_early_ends_quietly():
     (["{run}"], "is a FetchReach-v4 run, not FetchSlide"),
 ])
 def test_analysis_script_bad_argument_is_one_line(finished_run, capsys, args, expect):
-    from her_agents.cli import checkpoint_analysis
+    from her_agents.tools import checkpoint_analysis
 
     with pytest.raises(SystemExit) as exc:
         checkpoint_analysis("doc", "FetchSlide", 10, [a.format(run=finished_run) for a in args])
@@ -325,7 +325,7 @@ def test_analysis_script_bad_argument_is_one_line(finished_run, capsys, args, ex
 
 
 def test_analysis_script_loads_the_checkpoint_and_its_agent(finished_run):
-    from her_agents.cli import checkpoint_analysis
+    from her_agents.tools import checkpoint_analysis
 
     args, state, agent = checkpoint_analysis("doc", "FetchReach", 10, [str(finished_run), "--seed", "7"])
     assert (args.episodes, args.seed) == (10, 7) and state["counters"]["env_steps"] == 100
@@ -373,7 +373,7 @@ def test_her_eval_video_that_cannot_be_written_is_refused_before_the_evaluation(
                                                                                 monkeypatch, where):
     import os
 
-    import her_agents.train
+    import her_agents.loop.train
     from her_agents.cli import eval_main
 
     if where == "under_a_file":
@@ -392,14 +392,14 @@ def test_her_eval_video_that_cannot_be_written_is_refused_before_the_evaluation(
     def no_evaluation(*args, **kwargs):
         raise AssertionError("the evaluation ran before the video path was checked")
 
-    monkeypatch.setattr(her_agents.train, "evaluate", no_evaluation)
+    monkeypatch.setattr(her_agents.loop.train, "evaluate", no_evaluation)
     assert eval_main([str(finished_run), "--video", str(video)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"her-eval: error: --video {video}: cannot write {named}", err
 
 
 def test_agent_from_checkpoint_gets_the_loops_derived_q_clip(finished_run):
-    from her_agents.registry import agent_from_checkpoint
+    from her_agents.algos.registry import agent_from_checkpoint
 
     state = load_checkpoint(finished_run)
     assert "q_clip" not in state["config"]["agent"]

@@ -24,11 +24,11 @@ from her_agents.config import (
     load_config,
     resume_config,
 )
-from her_agents.ddpg import DDPGConfig
-from her_agents.registry import AGENTS, make_agent
-from her_agents.sac import SACConfig
-from her_agents.td3 import TD3Config
-from her_agents.tqc import TQCConfig
+from her_agents.algos.ddpg import DDPGConfig
+from her_agents.algos.registry import AGENTS, make_agent
+from her_agents.algos.sac import SACConfig
+from her_agents.algos.td3 import TD3Config
+from her_agents.algos.tqc import TQCConfig
 
 
 def _agent(cfg) -> dict:
@@ -195,7 +195,7 @@ def test_make_agent_takes_the_typed_config():
 
 
 def test_q_clip_may_be_open_on_one_side_while_plain_numbers_must_be_finite():
-    from her_agents.ddpg import DDPGConfig
+    from her_agents.algos.ddpg import DDPGConfig
 
     assert DDPGConfig(q_clip=[float("-inf"), 0]).q_clip == (float("-inf"), 0.0)  # gamma 1: no lower bound
     with pytest.raises(ValueError, match="actor_lr must be a finite number, got inf"):

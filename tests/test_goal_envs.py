@@ -13,11 +13,11 @@ import torch
 from omegaconf import OmegaConf
 
 import her
-from her_agents.actor_learner import _episode
-from her_agents.base import q_clip_for_env, td_target_bounds
-from her_agents.collect import choose_action, collect_step
+from her_agents.algos.base import q_clip_for_env, td_target_bounds
 from her_agents.config import load_config
-from her_agents.train import build_replay, evaluate
+from her_agents.dist.actor_learner import _episode
+from her_agents.loop.collect import choose_action, collect_step
+from her_agents.loop.train import build_replay, evaluate
 from her_envs import (
     check_rewards,
     from_env_action,
@@ -230,8 +230,8 @@ def _cfg(env_id, tmp_path, *overrides):
 
 @pytest.fixture
 def captured(monkeypatch):
-    """Run ``her_agents.train.train`` and keep the replay and agent it built."""
-    import her_agents.train as train_mod
+    """Run ``her_agents.loop.train.train`` and keep the replay and agent it built."""
+    import her_agents.loop.train as train_mod
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     out = {}
@@ -345,7 +345,7 @@ def test_saturated_actions_reach_the_env_at_its_bounds():
 
 
 def test_training_stores_normalized_actions_and_drives_env_in_its_bounds(captured, tmp_path):
-    from her_agents.train import train
+    from her_agents.loop.train import train
 
     BOX_ENVS.clear()
     train(_cfg("TestBoxActionGoal-v0", tmp_path))
@@ -385,7 +385,7 @@ def test_spec_records_info_shapes():
 
 
 def test_vector_info_of_shape_2_reaches_compute_reward_in_training(captured, tmp_path):
-    from her_agents.train import train
+    from her_agents.loop.train import train
 
     train(_cfg("TestBonusInfoGoal-v0", tmp_path))
     replay = captured["build_replay"]
@@ -471,7 +471,7 @@ def test_evaluation_over_parallel_envs_is_unbiased_by_episode_length():
 
 def test_her_train_and_her_eval_report_unbiased_success(captured, tmp_path, capsys):
     from her_agents.cli import eval_main
-    from her_agents.train import train
+    from her_agents.loop.train import train
 
     result = train(_cfg("TestCoinGoal-v0", tmp_path, "env.eval_envs=10", "train.eval_episodes=100"))
     assert abs(result.eval_success_rate - 0.5) <= 0.15, result.eval_success_rate
@@ -504,7 +504,7 @@ def test_reward_ranges_of_goal_envs():
 
 
 def test_q_clip_comes_from_the_env_and_a_bound_excluding_rewards_is_refused(captured, tmp_path):
-    from her_agents.train import train
+    from her_agents.loop.train import train
 
     fetch = goal_env_spec("FetchReach-v4")
     assert q_clip_for_env(fetch.reward_range, 0.98, "FetchReach-v4") == (-50.0, 0.0)  # unchanged for Fetch
@@ -521,7 +521,7 @@ def test_q_clip_comes_from_the_env_and_a_bound_excluding_rewards_is_refused(capt
 
 
 def test_env_rewards_outside_the_probed_range_stop_training(tmp_path, monkeypatch):
-    from her_agents.train import train
+    from her_agents.loop.train import train
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     with pytest.raises(ValueError, match=r"returned reward 2.0, outside the reward range \[0.0, 1.0\]"):

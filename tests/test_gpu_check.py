@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from her_agents.registry import make_agent
+from her_agents.algos.registry import make_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"

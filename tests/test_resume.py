@@ -1,6 +1,6 @@
 """Resumable runs: a training run killed with SIGKILL continues from its last checkpoint with ``--resume``.
 
-Semantics checked here (docs/training.md, ``agents/checkpoint.py``, ``agents/logger.py``):
+Semantics checked here (docs/training.md, ``agents/run/checkpoint.py``, ``agents/run/logger.py``):
 
 - ``checkpoint.pt`` (and ``replay.npz`` with ``log.save_replay=true``) is written at each evaluation, after that
   evaluation's ``metrics.csv`` row; a kill at any moment leaves a complete, loadable checkpoint and a replay
@@ -34,9 +34,9 @@ import numpy as np
 import pytest
 import torch
 
-from her_agents.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 from her_agents.config import load_config
-from her_agents.train import train
+from her_agents.loop.train import train
+from her_agents.run.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_compare import run_differences
@@ -226,7 +226,7 @@ def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     optimizers, normalizers, counters, RNGs of the loop, torch, the agent, the replay and every train and eval
     env, the pending updates), the replay files (storage, priorities, beta schedule) and the metrics rows are
     bit-identical, clocks aside."""
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
 
     def cfg(run_dir: Path):
         return load_config("fetch_reach_ddpg", [
@@ -256,7 +256,7 @@ def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypa
 
 
 def test_atomic_writes_give_new_files_the_umask_mode_and_keep_an_old_files_mode(tmp_path):
-    from her_agents.checkpoint import write_atomic
+    from her_agents.run.checkpoint import write_atomic
 
     mask = os.umask(0)
     os.umask(mask)
@@ -266,3 +266,52 @@ def test_atomic_writes_give_new_files_the_umask_mode_and_keep_an_old_files_mode(
     os.chmod(new, 0o640)
     write_atomic(new, lambda f: f.write(b"y"))
     assert new.stat().st_mode & 0o777 == 0o640 and new.read_bytes() == b"y"
+
+
+#: a run written before ``agents/`` was split into wings (100 FetchReach env steps, ``agent.hidden=[16]``)
+OLD_RUN = Path(__file__).parent / "data" / "run_v0_fetch_reach_ddpg"
+
+
+def _pickled_globals(path: Path) -> set[str]:
+    """The ``module.name`` of every class or function the pickle inside the torch checkpoint ``path`` refers to:
+    unpickling imports each of them by that path."""
+    import pickletools
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        data = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    found, strings = set(), []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":
+            found.add(arg.replace(" ", "."))
+        elif op.name == "STACK_GLOBAL":
+            found.add(".".join(strings[-2:]))
+        if isinstance(arg, str):
+            strings.append(arg)
+    return found
+
+
+def test_old_checkpoint_loads_evaluates_and_resumes(tmp_path, capsys):
+    """A checkpoint holds plain containers, tensors and arrays, never a class of this package by its module path,
+    so moving modules keeps old checkpoints loadable; one written before the move evaluates and resumes."""
+    from her_agents.algos.registry import agent_from_checkpoint
+    from her_agents.cli import eval_main, train_main
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml", "metrics.csv"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    ours = ("her.", "her_agents.", "her_envs.", "her_configs.")
+    assert not [g for g in _pickled_globals(run_dir / "checkpoint.pt") if g.startswith(ours)]
+    state = load_checkpoint(run_dir)
+    assert state["counters"]["env_steps"] == 100
+    agent = agent_from_checkpoint(state, compile=False)
+    assert agent.act(np.zeros((1, 10), np.float32), np.zeros((1, 3), np.float32), deterministic=True).shape == (1, 4)
+
+    assert eval_main([str(run_dir), "--episodes", "1"]) == 0
+    assert "FetchReach-v4 ddpg @ 100 env steps" in capsys.readouterr().out
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 0
+    resumed = load_checkpoint(run_dir)
+    assert resumed["counters"]["env_steps"] == 150
+    assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 150]
+    assert not [g for g in _pickled_globals(run_dir / "checkpoint.pt") if g.startswith(ours)]

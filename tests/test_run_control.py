@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from her_agents import run_control
-from her_agents.checkpoint import load_checkpoint
 from her_agents.config import load_config
-from her_agents.logger import RunLogger
-from her_agents.run_control import RunDirInUse, RunDirLock, prepare_run_dir
-from her_agents.train import train
+from her_agents.loop.train import train
+from her_agents.run.checkpoint import load_checkpoint
+from her_agents.run.logger import RunLogger
+from her_agents.run.run_control import RunDirInUse, RunDirLock, prepare_run_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wandb_reader import final_state, final_state_once_written, history_rows, read_until, run_files
@@ -132,7 +132,7 @@ def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):
 
 def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
 
     calls = []
     real = train_mod.learn_step
@@ -240,7 +240,7 @@ def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from her_agents.run_control import RunDirLock; RunDirLock(sys.argv[1]).acquire(); "
+        "import sys, time; from her_agents.run.run_control import RunDirLock; RunDirLock(sys.argv[1]).acquire(); "
         "print('locked', flush=True); time.sleep(120)"), str(run_dir)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -301,7 +301,7 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
         train(_small_cfg(run_dir, mode="disabled"))
     assert {p: (run_dir / p).read_bytes() for p in before} == before
 
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
 
     def no_env(*args, **kwargs):
         raise RuntimeError("simulated failure at start")
@@ -325,7 +325,7 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
 def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_path, monkeypatch):
     """Without ``log.save_replay`` the storage restarts empty, but the importance-sampling exponent keeps
     annealing from where the run stopped, not from beta0."""
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
 
     extra = ("replay.prioritized=true", "log.save_replay=false")
     full = tmp_path / "full"
@@ -370,7 +370,7 @@ def test_first_line_says_where_the_run_goes_before_wandb_starts(tmp_path, monkey
     """With a key and no network an online ``wandb.init`` waits its whole timeout: the line comes first."""
     import wandb
 
-    import her_agents.logger as logger_mod
+    import her_agents.run.logger as logger_mod
 
     for k in [k for k in os.environ if k.startswith("WANDB_")]:
         monkeypatch.delenv(k)
@@ -424,7 +424,7 @@ def test_a_signal_is_acknowledged_at_once_with_what_the_stop_waits_for(capfd):
 
 
 def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_path, capfd, monkeypatch):
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
 
     def compiling(*args, **kwargs):  # the user presses Ctrl-C while the loss functions compile
         os.kill(os.getpid(), signal.SIGINT)

@@ -71,7 +71,7 @@ def test_policy_behaviour_tells_reaching_moving_and_saturation(behaviour):
 
 def test_bench_train_speed_gives_each_run_its_own_run_directory(monkeypatch):
     """``--algos ddpg sac`` (or ``--repeats``): the second run must not find the first's run in its directory."""
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
 
     spec = importlib.util.spec_from_file_location("bench_train_speed", SCRIPTS.parent / "tests" / "benchmarks" /
                                                   "bench_train_speed.py")

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from her_agents.checkpoint import load_checkpoint
+from her_agents.algos.registry import make_agent
 from her_agents.config import load_config
-from her_agents.registry import make_agent
-from her_agents.train import build_replay, train
+from her_agents.loop.train import build_replay, train
+from her_agents.run.checkpoint import load_checkpoint
 from her_envs import goal_env_spec, make_vector_env, split_autoreset
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -154,16 +154,16 @@ def test_same_seed_runs_store_identical_buffers(tmp_path):
 
 
 def test_grasped_start_shapes_training_episodes_only(tmp_path, monkeypatch):
-    import her_agents.train
+    import her_agents.loop.train
 
     built = []
-    real = her_agents.train.make_vector_env
+    real = her_agents.loop.train.make_vector_env
 
     def recording(*args, **kwargs):
         built.append(kwargs.get("grasped_start", 0.0))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(her_agents.train, "make_vector_env", recording)
+    monkeypatch.setattr(her_agents.loop.train, "make_vector_env", recording)
     train(_small_cfg(tmp_path / "run", "env.id=FetchPickAndPlace-v4", "env.grasped_start=1.0", "log.save_replay=true"))
     assert built == [1.0, 0.0]  # the training envs, then the evaluation envs
     with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:

@@ -20,7 +20,7 @@ import imageio.v2 as imageio
 import pytest
 
 from her_agents.config import load_config
-from her_agents.train import train
+from her_agents.loop.train import train
 
 EPISODE_STEPS = 50  # FetchReach-v4 time limit: each episode renders its reset frame plus one per step
 SIZE = (480, 480)

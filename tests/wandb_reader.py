@@ -1,4 +1,4 @@
-"""Read back a W&B run file (``run-<id>.wandb``), for tests: see ``agents/wandb_history.py``."""
+"""Read back a W&B run file (``run-<id>.wandb``), for tests: see ``agents/run/wandb_history.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from her_agents.wandb_history import final_state, history_rows, read_records, run_files
+from her_agents.run.wandb_history import final_state, history_rows, read_records, run_files
 
 __all__ = ["final_state", "final_state_once_written", "history_rows", "read_records", "read_until", "run_files"]
 

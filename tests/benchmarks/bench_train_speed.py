@@ -14,7 +14,7 @@ shared machine even when absolute numbers drift:
   ``net_arch=[256, 256, 256]``), gamma 0.98, polyak 0.95 (SB3 ``tau=0.05``), Adam lr 1e-3, HER ``future``
   with k = 4, one FetchPush-v4 env, replay capacity 1e6;
 - ``--warmup`` (1000) env steps of random actions without updates, then ``--steps`` (4000) env steps timed
-  with learning on. Ours: :func:`her_agents.train.train` with an evaluation (1 episode, excluded from the timed
+  with learning on. Ours: :func:`her_agents.loop.train.train` with an evaluation (1 episode, excluded from the timed
   windows) every 1000 env steps, W&B and checkpoints off. SB3: ``model.learn`` with
   ``learning_starts=warmup``, timed from the callback at env step ``warmup`` to the end of ``learn``;
 - per update, the time spent sampling the HER batch and in the gradient step (``agent.update`` for ours, SB3's
@@ -61,7 +61,7 @@ class Timer:
 
 def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32",
              update_every: int = 5) -> dict[str, float]:
-    import her_agents.train as train_mod
+    import her_agents.loop.train as train_mod
     from her_agents.config import load_config
 
     timers: dict[str, Timer] = {}

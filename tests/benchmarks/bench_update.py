@@ -18,7 +18,7 @@ the matmuls of the update (forward and backward, shapes and dtype recorded from 
 
 ``--device cuda`` puts the agents, the reference and the batches (as device tensors) on the GPU, and the FLOP
 floor's operands too; each timing is bracketed by ``torch.cuda.synchronize()``. There ``--compile`` is the agents'
-CUDA-graph path (``torch.compile(mode="reduce-overhead")``, see ``her_agents.base.CompiledOrEager``).
+CUDA-graph path (``torch.compile(mode="reduce-overhead")``, see ``her_agents.algos.base.CompiledOrEager``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from her_agents.networks import mlp
-from her_agents.registry import make_agent
+from her_agents.algos.networks import mlp
+from her_agents.algos.registry import make_agent
 
 OBS, GOAL, ACT = 25, 3, 4
 HIDDEN = (256, 256, 256)

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+__all__ = ["RunningNormalizer"]
+
 
 class RunningNormalizer:
     """Running mean/std normalizer for vectors of ``size`` features.

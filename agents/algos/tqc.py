@@ -18,15 +18,17 @@ from dataclasses import dataclass
 
 import torch
 
+from ..fields import AT_LEAST_ONE, check_ranges
 from .base import TensorBatch, clip_q
-from .fields import AT_LEAST_ONE, check_ranges
 from .networks import EnsembleCritic
 from .sac import SACAgent, SACConfig
+
+__all__ = ["TQCAgent", "TQCConfig", "quantile_huber_loss"]
 
 
 @dataclass
 class TQCConfig(SACConfig):
-    """TQC options: SAC's (:class:`her_agents.sac.SACConfig`; ``n_critics`` is the number of quantile critics)
+    """TQC options: SAC's (:class:`her_agents.algos.sac.SACConfig`; ``n_critics`` is the number of quantile critics)
     and the quantile ones."""
 
     n_quantiles: int = 25
@@ -69,7 +71,7 @@ def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, weight: t
 
 
 class TQCAgent(SACAgent):
-    """Goal-conditioned TQC. See :class:`her_agents.base.GoalConditionedAgentBase` for the constructor
+    """Goal-conditioned TQC. See :class:`her_agents.algos.base.GoalConditionedAgentBase` for the constructor
     arguments; the update returns what :meth:`SACAgent.update` returns, with ``q_mean`` the mean atom and
     ``td_error`` ``|mean(target atoms) - mean(quantiles)|`` per sample (``[B]``, averaged over the critics)."""
 

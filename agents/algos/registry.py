@@ -12,6 +12,11 @@ from .sac import SACAgent, SACConfig
 from .td3 import TD3Agent, TD3Config
 from .tqc import TQCAgent, TQCConfig
 
+__all__ = [
+    "AGENTS", "AGENT_KWARGS", "agent_from_checkpoint", "algo_name", "config_class", "config_fields",
+    "make_agent",
+]
+
 AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
     "ddpg": (DDPGAgent, DDPGConfig),
     "td3": (TD3Agent, TD3Config),
@@ -90,7 +95,7 @@ def agent_from_checkpoint(state: dict[str, Any], device: str = "cpu", **override
     then loaded with its weights and normalizers.
 
     Args:
-        state: a checkpoint as :func:`her_agents.checkpoint.load_checkpoint` returns it.
+        state: a checkpoint as :func:`her_agents.run.checkpoint.load_checkpoint` returns it.
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         overrides: agent config fields replaced before the agent is built (e.g. ``compile=False`` for a short
             evaluation that would not pay back the compilation).

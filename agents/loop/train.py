@@ -2,9 +2,9 @@
 
 One function, ``train(cfg)``, reads top to bottom: set-up, then per env step: act -> step -> store -> update;
 every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) and checkpoint atomically. It
-runs in one process; ``her_agents.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
+runs in one process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
 
-The loop's pieces are public, and the Ape-X learner (``her_agents.actor_learner``) is built from them:
+The loop's pieces are public, and the Ape-X learner (``her_agents.dist.actor_learner``) is built from them:
 :func:`build_agent` / :func:`build_replay`, :func:`open_run_dir`, :class:`UpdateSchedule` (how many updates
 are due), :class:`EvalLog` (evaluate and log a row), :class:`TrainingState` with :func:`save_training_state`
 (what a checkpoint holds, and writing it).
@@ -27,8 +27,10 @@ from tqdm import tqdm
 from omegaconf import DictConfig, OmegaConf
 
 import her
-from .base import Agent, q_clip_for_env
-from .checkpoint import (
+from ..algos.base import Agent, q_clip_for_env
+from ..algos.registry import make_agent
+from ..config import check_device
+from ..run.checkpoint import (
     REPLAY_FILE,
     check_world_size,
     flatten_arrays,
@@ -42,11 +44,9 @@ from .checkpoint import (
     unflatten_arrays,
     write_atomic,
 )
+from ..run.logger import NullLogger, RunLogger
+from ..run.run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
 from .collect import choose_action, collect_step, learn_step, normalize_from_episode
-from .config import check_device
-from .logger import NullLogger, RunLogger
-from .registry import make_agent
-from .run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
 from her_envs import (
     GoalEnvSpec,
     goal_env_spec,
@@ -147,7 +147,7 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
 
 def open_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bool,
                  algo_name: str | None = None) -> RunDirLock:
-    """Pick, create and lock the run directory (:func:`her_agents.run_control.prepare_run_dir`; the default
+    """Pick, create and lock the run directory (:func:`her_agents.run.run_control.prepare_run_dir`; the default
     name has ``algo_name``, default ``algo``) and write the resolved config to ``config.yaml`` in it (a resume
     rewrites it with its overrides). Returns the held lock; ``.run_dir`` is the directory.
 
@@ -252,7 +252,7 @@ def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int
 class LoopHooks:
     """Where a multi-process wrapper plugs into :func:`train`; these defaults are the single process's.
 
-    ``her_agents.distributed.DistContext`` subclasses it for data-parallel training. The loop calls
+    ``her_agents.dist.distributed.DistContext`` subclasses it for data-parallel training. The loop calls
     :meth:`should_stop` once per env step and :meth:`before_updates` once per block of updates; the others at
     set-up, evaluations and checkpoints.
     """
@@ -296,7 +296,7 @@ class LoopHooks:
                         replay_arrays: dict[str, np.ndarray] | None) -> None:
         """Write ``shared`` (the agent, config, counters: the same on every process) and this process's ``own``
         state to ``checkpoint.pt``, and ``replay_arrays`` (flat, or None without ``log.save_replay``) to
-        ``replay.npz``, atomically and as a matching pair (``her_agents.checkpoint``)."""
+        ``replay.npz``, atomically and as a matching pair (``her_agents.run.checkpoint``)."""
         save_run_state(run_dir, {**shared, **own, "world_size": 1}, replay_arrays)
         if replay_arrays is None:  # a replay.npz of an overwritten run or of earlier checkpoints: not this state
             (run_dir / REPLAY_FILE).unlink(missing_ok=True)
@@ -484,7 +484,7 @@ def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
-        hooks: a multi-process wrapper's hooks (``her_agents.distributed``); default: one process.
+        hooks: a multi-process wrapper's hooks (``her_agents.dist.distributed``); default: one process.
 
     Returns:
         TrainResult: run directory, env steps, the last eval success rate and the evaluation rows.

@@ -19,6 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+__all__ = [
+    "DeterministicActor", "EnsembleCritic", "EnsembleLayerNorm", "EnsembleLinear",
+    "SquashedGaussianActor", "full_precision", "mlp", "numpy_mlp", "tanh_log_det_jacobian",
+]
+
 LOG_2 = math.log(2.0)
 
 

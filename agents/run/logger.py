@@ -56,7 +56,7 @@ class RunLogger:
     W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
     ``metrics.csv`` rows its W&B run lacks (read from the local transaction logs, see
-    :mod:`her_agents.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
+    :mod:`her_agents.run.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
     """
 
     def __init__(self, cfg: DictConfig, run_dir: Path, resume_id: str | None = None,

@@ -1,8 +1,8 @@
 """DDPG for goal-conditioned tasks (Lillicrap et al. 2016) with the openai/baselines HER techniques.
 
-DDPG is TD3 (:mod:`her_agents.td3`) with one critic, no target policy smoothing and no delay (Fujimoto et al. 2018,
-Sec. 6.1 name the three pieces TD3 adds): one deterministic tanh actor, one critic, target networks with polyak
-averaging, target Q clipped to ``q_clip``, action L2 penalty on the actor's tanh output. Only the config differs;
+DDPG is TD3 (:mod:`her_agents.algos.td3`) with one critic, no target policy smoothing and no delay (Fujimoto et al.
+2018, Sec. 6.1 name the three pieces TD3 adds): one deterministic tanh actor, one critic, target networks with
+polyak averaging, target Q clipped to ``q_clip``, action L2 penalty on the actor's tanh output. Only the config differs;
 the update is :meth:`TD3Agent.update`.
 """
 
@@ -13,14 +13,16 @@ from typing import ClassVar
 
 import torch
 
+from ..fields import NON_NEGATIVE, check_ranges
 from .base import AgentConfig
-from .fields import NON_NEGATIVE, check_ranges
 from .td3 import TD3Agent
+
+__all__ = ["DDPGAgent", "DDPGConfig"]
 
 
 @dataclass
 class DDPGConfig(AgentConfig):
-    """DDPG options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
+    """DDPG options (see :class:`her_agents.algos.base.AgentConfig` for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
@@ -40,7 +42,7 @@ class DDPGConfig(AgentConfig):
 
 class DDPGAgent(TD3Agent):
     """Goal-conditioned DDPG: :class:`TD3Agent` run with a :class:`DDPGConfig`. See
-    :class:`her_agents.base.GoalConditionedAgentBase` for the constructor arguments."""
+    :class:`her_agents.algos.base.GoalConditionedAgentBase` for the constructor arguments."""
 
     config: DDPGConfig
 

@@ -25,8 +25,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
+from ..fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
 from .normalizer import RunningNormalizer
+
+__all__ = [
+    "PRECISIONS", "Agent", "AgentConfig", "CompiledOrEager", "GoalConditionedAgentBase", "TensorBatch",
+    "clip_q", "freeze", "make_adam", "native_bf16", "q_clip_for_env", "resolve_device",
+    "resolve_precision", "td_target", "td_target_bounds",
+]
 
 Precision = Literal["fp32", "bf16", "auto"]
 """Valid values of :attr:`AgentConfig.precision`."""
@@ -35,8 +41,8 @@ PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
 @runtime_checkable
 class Agent(Protocol):
-    """What the training loop (``her_agents.train``), the data-parallel wrapper (``her_agents.distributed``) and
-    the actor-learner (``her_agents.actor_learner``) use of an agent; nothing else is read across modules.
+    """What the training loop (``her_agents.loop.train``), the data-parallel wrapper (``her_agents.dist.distributed``) and
+    the actor-learner (``her_agents.dist.actor_learner``) use of an agent; nothing else is read across modules.
 
     :class:`GoalConditionedAgentBase` implements it for DDPG, TD3, SAC and TQC.
     """
@@ -431,8 +437,9 @@ class GoalConditionedAgentBase:
         With ``deterministic=False``: Gaussian noise ``noise_std`` is added and clipped to ``[-1, 1]``, then
         each row is replaced by a uniform random action with probability ``random_eps``.
 
-        On the CPU the policy runs in numpy on views of the actor's parameters (:func:`her_agents.networks.numpy_mlp`;
-        faster for the few rows of acting, same function); elsewhere in torch, with the networks in eval mode.
+        On the CPU the policy runs in numpy on views of the actor's parameters
+        (:func:`her_agents.algos.networks.numpy_mlp`; faster for the few rows of acting, same function); elsewhere
+        in torch, with the networks in eval mode.
         """
         single = np.ndim(observation) == 1
         policy = self._numpy_policy()
@@ -494,7 +501,7 @@ class GoalConditionedAgentBase:
 
     def _numpy_policy(self):
         """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters); None on
-        other devices or for an actor numpy cannot mirror (a layer :func:`her_agents.networks.numpy_mlp` does not
+        other devices or for an actor numpy cannot mirror (a layer :func:`her_agents.algos.networks.numpy_mlp` does not
         know): ``act()`` then runs torch."""
         if self.device.type != "cpu" or not hasattr(self, "actor"):
             return None

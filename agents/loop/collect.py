@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 import her
-from .base import Agent
+from ..algos.base import Agent
 from her_envs import GoalEnvSpec, VectorStep, check_rewards, split_autoreset, step_info
 
 __all__ = ["choose_action", "collect_step", "learn_step", "normalize_from_episode"]

@@ -16,14 +16,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_ranges
 from .base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
-from .fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_ranges
 from .networks import EnsembleCritic, SquashedGaussianActor
+
+__all__ = ["SACAgent", "SACConfig", "Temperature"]
 
 
 @dataclass
 class SACConfig(AgentConfig):
-    """SAC options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
+    """SAC options (see :class:`her_agents.algos.base.AgentConfig` for the shared ones)."""
 
     noise_std: float = 0.0
     """Extra Gaussian noise in ``act(deterministic=False)`` on top of the policy's sampling (default none)."""

@@ -26,7 +26,7 @@ Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, r
 All ranks must be launched with the same config (checked over RPC at start: a mismatch names the differing
 ranks and keys). Resume is not supported in this mode.
 
-The learner is built from the training loop's public pieces (``her_agents.train``): the agent and replay of
+The learner is built from the training loop's public pieces (``her_agents.loop.train``): the agent and replay of
 the config, the run directory (default name ``<env>-<algo>-apex-s<seed>-<time>``, locked like the loop's),
 the update schedule, the evaluation rows and the checkpoints; weights travel as the agent's
 ``policy_state_dict()``.
@@ -52,11 +52,9 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
-from .base import Agent
-from .collect import choose_action, collect_step, learn_step, normalize_from_episode
-from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
-from .logger import RunLogger
-from .train import (
+from ..algos.base import Agent
+from ..loop.collect import choose_action, collect_step, learn_step, normalize_from_episode
+from ..loop.train import (
     EvalLog,
     LoopHooks,
     TrainingState,
@@ -69,6 +67,8 @@ from .train import (
     save_training_state,
     seed_everything,
 )
+from ..run.logger import RunLogger
+from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
 
 __all__ = ["train_actor_learner"]

@@ -8,8 +8,8 @@ Launch (one machine, 2 processes)::
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
 (plain ``her-train``) :func:`train_data_parallel` runs the single-process loop.
 
-Every rank runs the plain loop (``her_agents.train.train``) with a :class:`DistContext` as its
-:class:`~her_agents.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent:
+Every rank runs the plain loop (``her_agents.loop.train.train``) with a :class:`DistContext` as its
+:class:`~her_agents.loop.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent:
 
 - :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
   GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved
@@ -29,7 +29,7 @@ Every rank runs the plain loop (``her_agents.train.train``) with a :class:`DistC
 - :meth:`DistContext.save_checkpoint`: each rank's own state (RNGs, env RNGs, replay schedules, pending
   updates and normalizer deltas) is gathered into rank 0's ``checkpoint.pt``, and each rank writes its own
   replay (``replay.npz`` for rank 0, ``replay-rank<r>.npz``) with ``log.save_replay``, in the crash-safe order
-  of ``her_agents.checkpoint``; a resume restores every rank's own state and refuses another world size.
+  of ``her_agents.run.checkpoint``; a resume restores every rank's own state and refuses another world size.
 
 Step counts (``train.total_env_steps``, ``warmup_steps``, ``learning_starts``, ``eval_every``,
 ``updates_per_step``) are **per rank**: each rank runs the single-process loop on its own envs, so a run
@@ -62,8 +62,10 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from .base import Agent
-from .checkpoint import (
+from ..algos.base import Agent
+from ..algos.normalizer import RunningNormalizer
+from ..loop.train import LoopHooks, TrainResult, UpdateSchedule, train
+from ..run.checkpoint import (
     REPLAY_FILE,
     commit_replay,
     load_replay_arrays,
@@ -71,8 +73,6 @@ from .checkpoint import (
     save_checkpoint,
     write_pending_replay,
 )
-from .normalizer import RunningNormalizer
-from .train import LoopHooks, TrainResult, UpdateSchedule, train
 
 __all__ = [
     "DataParallelAgent",
@@ -390,7 +390,7 @@ class DistContext(LoopHooks):
     def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
                         replay_arrays: dict[str, np.ndarray] | None) -> None:
         """Every rank's ``own`` state gathered into rank 0's ``checkpoint.pt`` (``ranks``, in rank order), each
-        rank's replay in its own file (:func:`her_agents.checkpoint.replay_name`): all pending replays are
+        rank's replay in its own file (:func:`her_agents.run.checkpoint.replay_name`): all pending replays are
         written before the checkpoint, renamed after it, so every kill point leaves matching files.
 
         Raises:
@@ -511,7 +511,7 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
 
 
 def train_data_parallel(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
-    """This rank's part of a data-parallel run under torchrun (``her_agents.train.train`` with a
+    """This rank's part of a data-parallel run under torchrun (``her_agents.loop.train.train`` with a
     :class:`DistContext`); the plain single-process loop without torchrun's env vars.
 
     Raises:

@@ -14,14 +14,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from .base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
-from .fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from .networks import DeterministicActor, EnsembleCritic
+
+__all__ = ["TD3Agent", "TD3Config", "smoothed_target_action"]
 
 
 @dataclass
 class TD3Config(AgentConfig):
-    """TD3 options (see :class:`her_agents.base.AgentConfig` for the shared ones)."""
+    """TD3 options (see :class:`her_agents.algos.base.AgentConfig` for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""

@@ -1,0 +1,13 @@
+"""What a run owns: its directory and lock, and the signals that stop it (``run_control``), the atomic
+checkpoint and replay files (``checkpoint``), the log (stdout, ``metrics.csv``, W&B: ``logger``, with the W&B
+history reader ``wandb_history``) and videos (``video``)."""
+
+from .checkpoint import load_checkpoint, save_checkpoint, save_run_state, write_atomic
+from .logger import NullLogger, RunLogger
+from .run_control import GracefulStop, RunDirInUse, RunDirLock, TrainingStopped, prepare_run_dir
+from .video import record_episodes, write_video
+
+__all__ = [
+    "GracefulStop", "NullLogger", "RunDirInUse", "RunDirLock", "RunLogger", "TrainingStopped", "load_checkpoint",
+    "prepare_run_dir", "record_episodes", "save_checkpoint", "save_run_state", "write_atomic", "write_video",
+]

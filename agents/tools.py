@@ -1,0 +1,72 @@
+"""Helpers of the command-line tools (``her-train``, ``her-eval``, ``her-plot`` and the analysis scripts in
+``scripts/``): an argument parser whose errors are one line, printing into a pipe that may close early, and the
+command line of a checkpoint analysis. The tools import these from here, not from a CLI module."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, NoReturn
+
+__all__ = ["OneLineErrorParser", "checkpoint_analysis", "print_to_pipe"]
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``<prog>: error: ...``, exit status 2), without the usage
+    text: the message says what to fix, and ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def print_to_pipe(text: str) -> int:
+    """Print ``text`` to stdout and return 0; a reader that closed the pipe early (``| head``) ends it quietly."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+    return 0
+
+
+def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
+                        argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, Any], Any]:
+    """The command line of an analysis script of one task: ``CHECKPOINT [--episodes N] [--seed S]``, parsed and
+    checked, and the checkpoint loaded.
+
+    Args:
+        description: the script's help text (its docstring).
+        env_prefix: the env ids the script accepts start with it (``"FetchSlide"``).
+        episodes: the default of ``--episodes``.
+
+    Returns:
+        the parsed arguments, the checkpoint (:func:`her_agents.run.checkpoint.load_checkpoint`) and its agent
+        (built uncompiled on the CPU, one torch thread).
+
+    Exits (status 2, one error line) on a bad flag, a missing or unreadable checkpoint, or another task's run.
+    """
+    import torch
+
+    from .algos.registry import agent_from_checkpoint
+    from .run.checkpoint import load_checkpoint
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
+    parser.add_argument("--episodes", type=int, default=episodes, help="episodes (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1000, help="episode i is reset with seed + i (default: "
+                        "%(default)s)")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error(f"--episodes must be >= 1, got {args.episodes}")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    try:
+        state = load_checkpoint(args.checkpoint)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(str(exc))
+    env_id = state["config"]["env"]["id"]
+    if not env_id.startswith(env_prefix):
+        parser.error(f"{args.checkpoint} is a {env_id} run, not {env_prefix}")
+    torch.set_num_threads(1)
+    return args, state, agent_from_checkpoint(state, compile=False)
