@@ -138,7 +138,7 @@ def main(n_bits: int = 15, epochs: int = 12, cycles: int = 20, episodes_per_cycl
                 buffer.add(obs, action.astype(np.float32), reward, final_obs, terminated, truncated)
                 ended |= terminated | truncated
                 obs = next_obs
-            storage.discard_in_progress()  # the envs that restarted early: drop their partial episodes
+            buffer.discard_in_progress()  # the envs that restarted early: drop their partial episodes
             for _ in range(updates_per_cycle):
                 b = buffer.sample(batch_size).to_torch()
                 x = torch.cat([b["observation"], b["desired_goal"]], 1)
@@ -170,7 +170,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bits", type=int, default=15)
     p.add_argument("--epochs", type=int, default=12)
-    p.add_argument("--strategy", default="future", choices=her.STRATEGIES)
+    p.add_argument("--strategy", default="future", choices=list(her.RelabelStrategy))
     p.add_argument("--k", type=int, default=4, help="n_sampled_goal; 0 = no HER")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()

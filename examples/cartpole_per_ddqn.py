@@ -65,7 +65,7 @@ def main(total_steps: int = 30_000, learning_starts: int = 1_000, batch_size: in
     env = gym.make("CartPole-v1")
     storage = her.storage_from_env(env, capacity)  # goal-free: observation (4,), discrete action ()
     n_updates = total_steps - learning_starts
-    sampler = her.PrioritizedSampler(storage, alpha=alpha, beta0=beta0, beta_annealing_steps=n_updates,
+    sampler = her.PrioritizedSampler(alpha=alpha, beta0=beta0, beta_annealing_steps=n_updates,
                                      td_error_clip=td_error_clip)
     buffer = her.HerReplayBuffer(storage, sampler=sampler, n_step=1, gamma=gamma, seed=seed)
     q, q_target = q_network(hidden), q_network(hidden)

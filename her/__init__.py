@@ -2,11 +2,12 @@
 
 Four separate pieces, composed by ``HerReplayBuffer`` (semantics: ``docs/semantics.md``):
 
-- ``EpisodeStorage``: where data lives (whole episodes, states once, ring overwrite by whole episodes), with its
-  ``EpisodeWriter`` staging each env's episode in progress;
-- a ``Sampler`` (``UniformSampler``, ``PrioritizedSampler``): which transitions are drawn;
+- ``EpisodeStorage``: where data lives (whole episodes, states once, ring overwrite by whole episodes);
+  an ``EpisodeWriter`` holds it and stages each env's episode in progress, handing it over when it ends;
+- a ``Sampler`` (``UniformSampler``, ``PrioritizedSampler``): which transitions are drawn, from the storage passed
+  to every call;
 - a ``Relabeler`` (``FutureGoals``, ``FinalGoal``, ``EpisodeGoals``, ``MixedGoals``, ``NoRelabel``; by name
-  ``make_relabeler("future", k)``): which goal they get;
+  ``make_relabeler(RelabelStrategy.FUTURE, k)`` or ``make_relabeler("future", k)``): which goal they get;
 - a ``Returns`` (``OneStepReturn``, ``NStepReturn``): how their return is built, rewards via ``compute_reward``.
 
 Each piece can be replaced by any object with the protocol's methods, e.g.
@@ -18,7 +19,7 @@ Example::
     storage = her.EpisodeStorage(1_000_000, observation_shape=(25,), action_shape=(4,), goal_shape=(3,),
                                  max_episode_steps=50)
     buffer = her.HerReplayBuffer(storage, env.unwrapped.compute_reward, strategy="future", n_sampled_goal=4)
-    buffer.add(obs, action, reward, next_obs, terminated, truncated)   # one step of each env
+    buffer.add(obs, action, reward, next_obs, terminated, truncated)   # one step of each env (buffer.writer)
     batch = buffer.sample(256)                                          # her.Batch of numpy arrays
     buffer.update_priorities(batch.index, td_error)                     # with a PrioritizedSampler only
 
@@ -29,13 +30,11 @@ recomputed for relabeled goals.
 Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
-from .buffer import Batch, HerReplayBuffer, check_compute_reward, check_goal_fn_signature, resolve_pieces
+from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
 from .relabel import (
-    STRATEGIES,
     EpisodeGoals,
     FinalGoal,
     FutureGoals,
-    GoalRelabeler,
     HindsightRelabeler,
     MixedGoals,
     NoRelabel,
@@ -43,25 +42,22 @@ from .relabel import (
     RelabelStrategy,
     make_relabeler,
 )
-from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, TerminatedFn, make_returns
+from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, RewardFn, SuccessFn, TerminatedFn, make_returns
 from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import EpisodeStorage, storage_from_env
-from .trees import MaxTree, MinTree, SegmentTree, SumTree
 from .writer import EpisodeWriter
 
+# The pieces, their protocols and factories, the buffer that composes them and its batch. Helpers of one module
+# (segment trees: her.trees; signature checks: her.buffer) are imported from that module.
 __all__ = [
-    "STRATEGIES",
     "Batch",
     "EpisodeGoals",
     "EpisodeStorage",
     "EpisodeWriter",
     "FinalGoal",
     "FutureGoals",
-    "GoalRelabeler",
     "HerReplayBuffer",
     "HindsightRelabeler",
-    "MaxTree",
-    "MinTree",
     "MixedGoals",
     "NStepReturn",
     "NoRelabel",
@@ -71,13 +67,12 @@ __all__ = [
     "Relabeler",
     "ReturnBatch",
     "Returns",
+    "RewardFn",
     "Sampler",
-    "SegmentTree",
-    "SumTree",
+    "SuccessFn",
     "TerminatedFn",
     "UniformSampler",
     "check_compute_reward",
-    "check_goal_fn_signature",
     "make_relabeler",
     "make_returns",
     "resolve_pieces",

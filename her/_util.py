@@ -6,6 +6,8 @@ from functools import lru_cache
 
 import numpy as np
 
+__all__ = ["filled", "refuse_complex"]
+
 _CACHED_MAX = 1 << 16  # batch sizes up to this reuse a template; larger ones are rare and would pin memory
 
 

@@ -1,7 +1,8 @@
 """The replay buffer: storage -> transitions (uniform | prioritized) -> goals (HER) -> returns (1-step | n-step).
 
 ``HerReplayBuffer`` composes the four pieces (``EpisodeStorage``, a :class:`~her.samplers.Sampler`, a
-:class:`~her.relabel.Relabeler`, a :class:`~her.returns.Returns`) and returns ``Batch`` objects of numpy arrays.
+:class:`~her.relabel.Relabeler`, a :class:`~her.returns.Returns`), owns the ``EpisodeWriter`` that stages steps
+into the storage, and returns ``Batch`` objects of numpy arrays.
 Every combination works; goal-free storages skip the relabeling and use the stored rewards. The buffer gathers
 each sampled transition's record once and hands it to the pieces. Semantics: ``docs/semantics.md``.
 """
@@ -21,9 +22,9 @@ from .relabel import Relabeler, make_relabeler
 from .returns import Returns, RewardFn, SuccessFn, TerminatedFn, make_returns
 from .samplers import Sampler, UniformSampler
 from .storage import EpisodeStorage, check_is_storage
+from .writer import EpisodeWriter
 
-__all__ = ["Batch", "HerReplayBuffer", "RewardFn", "SuccessFn", "TerminatedFn", "check_compute_reward",
-           "resolve_pieces"]
+__all__ = ["Batch", "HerReplayBuffer", "check_compute_reward", "check_goal_fn_signature", "resolve_pieces"]
 
 
 @dataclass
@@ -195,10 +196,11 @@ class HerReplayBuffer:
             (so a relabeled success stops bootstrapping, and a real terminal relabeled to a goal it does not
             achieve does not), and an n-step window ends at its first terminal step. None: the stored flags
             (the episode's real end). Pass it for envs that end episodes on success; Fetch never terminates.
-        sampler: which transitions; default ``UniformSampler(storage)`` (``PrioritizedSampler`` for PER).
+        sampler: which transitions; default ``UniformSampler()`` (``PrioritizedSampler()`` for PER). The buffer
+            attaches it to ``storage`` (``sampler.attach(storage)``).
         relabeler: which goals (goal storages); default ``make_relabeler(strategy, n_sampled_goal, ...)``.
         returns: which returns; default ``make_returns(n_step, gamma, stop_at_success, compute_success)``.
-        strategy: relabel strategy "future", "final", "episode" or "mixed" (see ``her.relabel``).
+        strategy: a :class:`~her.relabel.RelabelStrategy` or its value "future", "final", "episode", "mixed".
         n_sampled_goal: k; relabel probability k / (k + 1). 0 disables relabeling.
         other_desired_fraction: strategy "mixed": share of relabeled goals taken from stored desired goals.
         n_step: n >= 1. The return of transition t with goal g' is ``sum_{j<m} gamma^j r_{t+j}`` with
@@ -210,9 +212,12 @@ class HerReplayBuffer:
         compute_success: vectorized success function (see ``SuccessFn``).
         seed: seed (an integer >= 0, or None) of the buffer's numpy Generator.
 
+    Attributes:
+        writer: the ``EpisodeWriter`` behind :meth:`add` (``storage.n_envs`` envs).
+
     Raises:
         ValueError / TypeError: ``storage`` not an ``EpisodeStorage``, a bad ``seed``, inconsistent arguments, a
-            piece and its shorthand both given, a non-vectorized compute_reward or compute_terminated (ValueError),
+            piece and its shorthand both given, a sampler attached to another storage, a non-vectorized compute_reward or compute_terminated (ValueError),
             one that does not take ``(achieved_goal, desired_goal, info)`` (TypeError), compute_terminated for a
             goal-free storage or with a ``returns`` object whose ``build`` does not take it.
     """
@@ -241,6 +246,7 @@ class HerReplayBuffer:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
         self.storage = storage
+        self.writer = EpisodeWriter(storage)
         self.sampler, self.relabeler, self.returns = resolve_pieces(
             storage, sampler, relabeler, returns, strategy=strategy, n_sampled_goal=n_sampled_goal,
             other_desired_fraction=other_desired_fraction, n_step=n_step, gamma=gamma,
@@ -278,10 +284,37 @@ class HerReplayBuffer:
         """Whether the sampler is prioritized, i.e. whether :meth:`update_priorities` applies."""
         return bool(getattr(self.sampler, "prioritized", False))
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "writer" not in state:  # pickled when the storage staged the steps: those unfinished steps are dropped
+            self.writer = EpisodeWriter(self.storage)
+
     # -- writing (delegates)
-    def add(self, *args: Any, **kwargs: Any) -> list[tuple[int, int]]:
-        """``EpisodeStorage.add``: one step of every env."""
-        return self.storage.add(*args, **kwargs)
+    def add(
+        self,
+        observation: Mapping[str, np.ndarray] | np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_observation: Mapping[str, np.ndarray] | np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: Mapping[str, np.ndarray] | None = None,
+    ) -> list[tuple[int, int]]:
+        """One step of every env, through :attr:`writer` (:meth:`her.EpisodeWriter.add`: arguments ``[n_envs, ...]``,
+        errors); an env's episode is stored when it ends.
+
+        Returns:
+            (start slot, T) of each episode stored by this call.
+        """
+        return self.writer.add(observation, action, reward, next_observation, terminated, truncated, info)
+
+    def discard_in_progress(self, env: int | None = None) -> None:
+        """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset."""
+        self.writer.discard_in_progress(env)
+
+    def in_progress_lengths(self) -> list[int]:
+        """Transitions staged per env for episodes not yet ended."""
+        return self.writer.in_progress_lengths()
 
     def add_episode(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
         """``EpisodeStorage.add_episode``: one complete episode."""
@@ -299,7 +332,14 @@ class HerReplayBuffer:
         """
         if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        slots, weight = self.sampler.sample(int(batch_size), self.rng)
+        try:
+            slots, weight = self.sampler.sample(self.storage, int(batch_size), self.rng)
+        except ValueError:
+            if self.storage.n_transitions == 0:
+                raise ValueError(f"cannot sample: the storage holds no complete episode yet "
+                                 f"({sum(self.writer.in_progress_lengths())} steps of unfinished episodes are not "
+                                 "sampleable)") from None
+            raise
         return self._build(slots, weight)
 
     def batch_from_slots(self, slots: np.ndarray) -> Batch:
@@ -329,7 +369,7 @@ class HerReplayBuffer:
         """
         if not self.prioritized:
             raise ValueError(f"update_priorities: this buffer samples uniformly ({type(self.sampler).__name__}), so "
-                             "priorities would be ignored; pass sampler=her.PrioritizedSampler(storage) for "
+                             "priorities would be ignored; pass sampler=her.PrioritizedSampler() for "
                              "prioritized replay, or skip the call when not buffer.prioritized")
         self.sampler.update_priorities(index, td_error)
 
@@ -365,14 +405,20 @@ class HerReplayBuffer:
 
     # -- persistence
     def state_dict(self) -> dict[str, Any]:
-        """Storage, sampler priorities and the RNG state."""
+        """Storage, sampler priorities and the RNG state (not the writer's unfinished episodes)."""
         return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict(),
                 "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from ``state_dict()``; the writer's unfinished staged episodes are dropped (the envs restart).
+
+        Raises:
+            ValueError: a state of a storage of another size or layout.
+        """
         self.storage.load_state_dict(state["storage"])
         self.sampler.load_state_dict(state["sampler"])
         self.rng.bit_generator.state = state["rng"]
+        self.writer.discard_in_progress()
 
 
 _DEFAULTS = {"strategy": "future", "n_sampled_goal": 4, "other_desired_fraction": 0.5, "n_step": 1, "gamma": 0.98,
@@ -385,13 +431,14 @@ def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, rela
 
     Args:
         storage: the storage the pieces work on.
-        sampler, relabeler, returns: pieces given as objects (None: build from the shorthands).
+        sampler, relabeler, returns: pieces given as objects (None: build from the shorthands). The sampler is
+            attached to ``storage`` here.
         shorthands: ``strategy``, ``n_sampled_goal``, ``other_desired_fraction`` (relabeler) and ``n_step``,
             ``gamma``, ``stop_at_success``, ``compute_success`` (returns), as in ``HerReplayBuffer``.
     Returns:
         ``(sampler, relabeler or None for a goal-free storage, returns)``.
     Raises:
-        ValueError: a piece given together with a non-default shorthand of its own, a sampler over another
+        ValueError: a piece given together with a non-default shorthand of its own, a sampler attached to another
             storage, a relabeler or a non-default relabel shorthand (other than ``n_sampled_goal=0``) for a
             goal-free storage, bad shorthand values.
     """
@@ -404,9 +451,12 @@ def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, rela
         if piece is not None and clash:
             raise ValueError(f"pass {name}= or its shorthand {', '.join(clash)}, not both")
     if sampler is None:
-        sampler = UniformSampler(storage)
-    elif getattr(sampler, "storage", storage) is not storage:
-        raise ValueError("the sampler must be built over the same storage")
+        sampler = UniformSampler()
+    elif not callable(getattr(sampler, "sample", None)):
+        raise TypeError(f"sampler must have a sample(storage, batch_size, rng) method, got {sampler!r}")
+    attach = getattr(sampler, "attach", None)  # optional for samplers of your own
+    if attach is not None:
+        attach(storage)
     if relabeler is None:
         relabeler = make_relabeler(kw["strategy"], kw["n_sampled_goal"], kw["other_desired_fraction"])
         asked = sorted(changed.intersection(("strategy", "n_sampled_goal", "other_desired_fraction")))

@@ -22,6 +22,7 @@ every strategy and ``k``. Any object with the :class:`Relabeler` method plugs in
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -29,12 +30,21 @@ import numpy as np
 
 from .storage import EpisodeStorage
 
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10
+
+    class StrEnum(str, Enum):
+        """``enum.StrEnum`` of Python 3.11: members are their strings."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
 __all__ = [
-    "STRATEGIES",
     "EpisodeGoals",
     "FinalGoal",
     "FutureGoals",
-    "GoalRelabeler",
     "HindsightRelabeler",
     "MixedGoals",
     "NoRelabel",
@@ -64,16 +74,15 @@ class Relabeler(Protocol):
         ...
 
 
-class RelabelStrategy(str, Enum):
-    """The built-in strategies by name (``HerReplayBuffer(strategy=...)``, ``replay.strategy``)."""
+class RelabelStrategy(StrEnum):
+    """The built-in strategies by name, the one spelling of each (``HerReplayBuffer(strategy=...)``,
+    :func:`make_relabeler`, the training config's ``replay.strategy``). Members are their strings:
+    ``RelabelStrategy.FUTURE == "future"``; ``list(RelabelStrategy)`` lists them all."""
 
     FUTURE = "future"
     FINAL = "final"
     EPISODE = "episode"
     MIXED = "mixed"
-
-
-STRATEGIES = tuple(s.value for s in RelabelStrategy)
 
 
 def _check_k(n_sampled_goal: object) -> int:
@@ -94,7 +103,7 @@ class HindsightRelabeler:
         ValueError: a negative or non-integer k.
     """
 
-    strategy: ClassVar[str]
+    strategy: ClassVar[RelabelStrategy]
 
     def __init__(self, n_sampled_goal: int = 4) -> None:
         self.n_sampled_goal = _check_k(n_sampled_goal)
@@ -124,7 +133,7 @@ class HindsightRelabeler:
 class FutureGoals(HindsightRelabeler):
     """``future``: ``ag_{t'}``, ``t'`` uniform in ``{t+1..T}`` (HER paper Sec. 4.5, the strategy it recommends)."""
 
-    strategy = "future"
+    strategy = RelabelStrategy.FUTURE
 
     def goal_slots(self, slots, records, u, next_slots):
         goal_slot = (u * (records["length"] - records["step"])).astype(np.int64)  # t' - t - 1 in {0..T-t-1}
@@ -135,7 +144,7 @@ class FutureGoals(HindsightRelabeler):
 class FinalGoal(HindsightRelabeler):
     """``final``: ``ag_T``, the episode's last achieved goal (HER paper Sec. 3.3)."""
 
-    strategy = "final"
+    strategy = RelabelStrategy.FINAL
 
     def goal_slots(self, slots, records, u, next_slots):
         return slots + (records["length"] - records["step"])
@@ -144,7 +153,7 @@ class FinalGoal(HindsightRelabeler):
 class EpisodeGoals(HindsightRelabeler):
     """``episode``: ``ag_{t'}``, ``t'`` uniform in ``{1..T}`` (HER paper Sec. 4.5)."""
 
-    strategy = "episode"
+    strategy = RelabelStrategy.EPISODE
 
     def goal_slots(self, slots, records, u, next_slots):
         goal_slot = (u * records["length"]).astype(np.int64)  # t' - 1 in {0..T-1}
@@ -165,7 +174,7 @@ class MixedGoals(FutureGoals):
         ValueError: a bad k, or f not a number in [0, 1].
     """
 
-    strategy = "mixed"
+    strategy = RelabelStrategy.MIXED
 
     def __init__(self, n_sampled_goal: int = 4, other_desired_fraction: float = 0.5) -> None:
         super().__init__(n_sampled_goal)
@@ -200,30 +209,28 @@ class NoRelabel:
         return records["desired_goal"].copy(), np.zeros(len(slots), bool)
 
 
-_CLASSES: dict[str, type[HindsightRelabeler]] = {
+_CLASSES: dict[RelabelStrategy, type[HindsightRelabeler]] = {
     c.strategy: c for c in (FutureGoals, FinalGoal, EpisodeGoals, MixedGoals)
 }
 
 
-def make_relabeler(strategy: str | RelabelStrategy = "future", n_sampled_goal: int = 4,
+def make_relabeler(strategy: RelabelStrategy | str = RelabelStrategy.FUTURE, n_sampled_goal: int = 4,
                    other_desired_fraction: float = 0.5) -> HindsightRelabeler:
-    """The built-in relabeler of a strategy name: ``make_relabeler("future", 4)`` is ``FutureGoals(4)``.
+    """The built-in relabeler of a strategy: ``make_relabeler("future", 4)`` is ``FutureGoals(4)``.
 
     Args:
-        strategy: a :class:`RelabelStrategy` or its value: "future", "final", "episode" or "mixed".
+        strategy: a :class:`RelabelStrategy`, or its value "future", "final", "episode" or "mixed".
         n_sampled_goal: k >= 0.
         other_desired_fraction: strategy "mixed" only (see :class:`MixedGoals`).
 
     Raises:
         ValueError: unknown strategy, bad k or fraction.
     """
-    name = strategy.value if isinstance(strategy, RelabelStrategy) else strategy
-    if name not in _CLASSES:
-        raise ValueError(f"relabel strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if name == "mixed":
+    try:
+        name = RelabelStrategy(strategy)
+    except (ValueError, TypeError):
+        raise ValueError(f"relabel strategy must be one of {tuple(s.value for s in RelabelStrategy)}, got "
+                         f"{strategy!r}") from None
+    if name is RelabelStrategy.MIXED:
         return MixedGoals(n_sampled_goal, other_desired_fraction)
     return _CLASSES[name](n_sampled_goal)
-
-
-GoalRelabeler = make_relabeler
-"""Another name of :func:`make_relabeler`: ``GoalRelabeler(strategy, n_sampled_goal)``."""

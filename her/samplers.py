@@ -4,15 +4,18 @@ A sampler returns slots of stored transitions and their importance-sampling weig
 uniformly over all stored transitions; ``PrioritizedSampler`` draws in proportion to priorities (Schaul et al.
 2016, "Prioritized Experience Replay", Sec. 3.3 and 3.4). Any object with the :class:`Sampler` methods plugs
 into ``HerReplayBuffer``.
+
+The storage is an argument of every call (``sample(storage, batch_size, rng)``, ``on_added(storage, slots)``),
+never of the constructor, so a sampler is built (and its settings checked) without one. A sampler with state per
+slot (priorities) is bound to one storage by ``attach(storage)``, which ``HerReplayBuffer`` calls.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-
-from typing import Protocol, runtime_checkable
 
 from ._util import filled
 from .storage import EpisodeStorage, check_is_storage
@@ -23,14 +26,32 @@ __all__ = ["PrioritizedSampler", "Sampler", "UniformSampler"]
 
 @runtime_checkable
 class Sampler(Protocol):
-    """Which stored transitions a batch holds, and their importance-sampling weights."""
+    """Which stored transitions a batch holds, and their importance-sampling weights.
 
-    storage: EpisodeStorage
+    ``HerReplayBuffer`` calls ``attach(storage)`` once, then ``sample(storage, batch_size, rng)`` per batch. The
+    storage calls ``on_added`` / ``on_removed`` of an attached sampler that registered itself
+    (``storage.add_listener``) when transitions enter or leave it.
+    """
+
     prioritized: bool
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``(slots int64 [B], weights float32 [B])`` of ``batch_size`` stored transitions (slots where
-        ``storage.is_transition``). Raises ValueError when nothing is sampleable."""
+    def attach(self, storage: EpisodeStorage) -> None:
+        """Prepare for ``storage`` (size per-slot state, register as its listener). Raises ValueError when the
+        sampler already serves another storage."""
+        ...
+
+    def sample(self, storage: EpisodeStorage, batch_size: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(slots int64 [B], weights float32 [B])`` of ``batch_size`` stored transitions of ``storage`` (slots
+        where ``storage.is_transition``). Raises ValueError when nothing is sampleable."""
+        ...
+
+    def on_added(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Transitions ``slots`` (int64 [N]) entered ``storage``."""
+        ...
+
+    def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Transitions ``slots`` (int64 [N]) left ``storage``."""
         ...
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:
@@ -44,7 +65,8 @@ class Sampler(Protocol):
 
 
 class UniformSampler:
-    """Uniform draws over the sampleable transitions of an ``EpisodeStorage``.
+    """Uniform draws over the sampleable transitions of an ``EpisodeStorage``. Stateless: one instance serves
+    any storage, ``attach`` only checks the type.
 
     Weights are all ones. ``update_priorities`` raises ValueError: priorities would be ignored, and a silent
     no-op hides a prioritized replay that was meant but not built (a loop for either sampler calls it only when
@@ -53,35 +75,46 @@ class UniformSampler:
 
     prioritized = False
 
-    def __init__(self, storage: EpisodeStorage) -> None:
-        check_is_storage(storage)
-        self.storage = storage
+    def __setstate__(self, state: dict[str, Any]) -> None:  # samplers pickled when bound to a storage had one
+        self.__dict__.update({k: v for k, v in state.items() if k != "storage"})
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``batch_size`` transition slots.
+    def attach(self, storage: EpisodeStorage) -> None:
+        """Check ``storage`` (nothing is kept).
+
+        Raises:
+            TypeError: not an ``EpisodeStorage``.
+        """
+        check_is_storage(storage)
+
+    def on_added(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        pass
+
+    def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        pass
+
+    def sample(self, storage: EpisodeStorage, batch_size: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``batch_size`` transition slots of ``storage``.
 
         Returns:
             slots: int64 [B]; weights: float32 [B] of ones.
         Raises:
             ValueError: no complete episode is stored yet.
         """
-        st = self.storage
-        if st.n_transitions == 0:
-            raise ValueError(
-                "cannot sample: the storage holds no complete episode yet "
-                f"({sum(st.in_progress_lengths())} steps of unfinished episodes are not sampleable)"
-            )
+        if storage.n_transitions == 0:
+            raise ValueError("cannot sample: the storage holds no complete episode yet (steps of unfinished "
+                             "episodes are not sampleable)")
         # Rejection sampling over the live state slots (contiguous in the ring): draw a few more candidates than
         # needed, keep the ones that start a transition (not an episode's last state), in draw order, take the
         # first B. Uniform over transitions; a shortfall (rare) draws again.
-        slots = self._accepted(batch_size, rng)
+        slots = self._accepted(storage, batch_size, rng)
         while len(slots) < batch_size:
-            slots = np.concatenate([slots, self._accepted(batch_size - len(slots), rng)])
+            slots = np.concatenate([slots, self._accepted(storage, batch_size - len(slots), rng)])
         slots = slots[:batch_size]
         return slots, filled(batch_size, 1.0, "float32")
 
-    def _accepted(self, need: int, rng: np.random.Generator) -> np.ndarray:
-        st = self.storage
+    @staticmethod
+    def _accepted(st: EpisodeStorage, need: int, rng: np.random.Generator) -> np.ndarray:
         base, n_live = st.oldest_slot, st.n_live_states
         accept = st.n_transitions / n_live
         extra = 3.0 * math.sqrt(need * (1.0 - accept)) / accept + 8.0  # 3 sigma of the rejected count, and some
@@ -97,7 +130,7 @@ class UniformSampler:
         Raises:
             ValueError: always.
         """
-        raise ValueError("update_priorities: a UniformSampler has no priorities; use her.PrioritizedSampler(storage) "
+        raise ValueError("update_priorities: a UniformSampler has no priorities; use her.PrioritizedSampler() "
                          "for prioritized replay, or skip the call when not sampler.prioritized")
 
     def state_dict(self) -> dict:
@@ -105,6 +138,9 @@ class UniformSampler:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+    def __repr__(self) -> str:
+        return "UniformSampler()"
 
 
 def _check_slots_and_td_errors(slots: np.ndarray, td_error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,26 +175,34 @@ class PrioritizedSampler:
     With ``rank_based=True`` the priority is ``(1 / rank(i)) ** alpha``, ranks by ``|delta|`` (Sec. 3.3, rank
     variant); ranks are recomputed every ``rank_resort_interval`` priority updates.
 
+    The sampler is built without a storage; ``attach(storage)`` (``HerReplayBuffer`` calls it) sizes the tree to
+    the storage's slots and registers the sampler as the storage's listener. One sampler serves one storage.
+
     Args:
-        storage: the ``EpisodeStorage`` to sample from (the sampler registers itself as a listener).
+        storage: optional, a shortcut for ``attach(storage)`` right after construction:
+            ``PrioritizedSampler(storage, 0.6, 0.4)`` is ``PrioritizedSampler(alpha=0.6, beta0=0.4)`` attached.
         alpha: prioritization exponent, 0 = uniform. Default 0.6.
         beta0: initial importance-sampling exponent. Default 0.4.
         beta_annealing_steps: calls of ``sample`` over which beta rises linearly from beta0 to 1; pass the run's
             number of updates (the training loop does). 0 keeps beta at beta0.
         eps: added to ``|delta|`` so a zero TD error keeps a transition sampleable. Default 1e-6.
         td_error_clip: optional upper clip of ``|delta|`` (the seed's ``abs_err_upper``). Default None.
+        rank_based: rank-based priorities instead of proportional ones.
+        rank_resort_interval: rank-based: priority updates between re-sorts of the ranks.
         branching: tree branching factor (see ``her.trees``).
 
     Raises:
         ValueError: alpha not a finite number >= 0, beta0 not in [0, 1], eps not finite and > 0, td_error_clip not
-            finite and > 0.
+            finite and > 0, beta_annealing_steps not an integer >= 0, eps ** alpha underflowing to 0, branching
+            not an integer >= 2.
+        TypeError: ``storage`` given and not an ``EpisodeStorage``.
     """
 
     prioritized = True
 
     def __init__(
         self,
-        storage: EpisodeStorage,
+        storage: EpisodeStorage | None = None,
         alpha: float = 0.6,
         beta0: float = 0.4,
         beta_annealing_steps: int = 0,
@@ -168,7 +212,6 @@ class PrioritizedSampler:
         rank_resort_interval: int = 100,
         branching: int = 16,
     ) -> None:
-        check_is_storage(storage)
         if int(beta_annealing_steps) != beta_annealing_steps or beta_annealing_steps < 0:
             raise ValueError(f"beta_annealing_steps must be an integer >= 0 (0: no annealing), got "
                              f"{beta_annealing_steps!r}")
@@ -182,28 +225,70 @@ class PrioritizedSampler:
             raise ValueError(f"td_error_clip must be a finite number > 0 or None, got {td_error_clip}")
         if not float(eps) ** float(alpha) > 0:  # a zero priority would make a stored transition unsampleable
             raise ValueError(f"eps ** alpha underflows to 0 (eps = {eps}, alpha = {alpha}): raise eps")
-        self.storage = storage
+        if int(branching) != branching or branching < 2:
+            raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
         self.alpha, self.beta0, self.eps = float(alpha), float(beta0), float(eps)
         self.beta_annealing_steps = int(beta_annealing_steps)
         self.td_error_clip = td_error_clip
         self.rank_based = rank_based
         self.rank_resort_interval = int(rank_resort_interval)
-        n = storage.n_slots
-        self.sum_tree = SumTree(n, branching, track_min=True)  # priorities by slot; 0 = no transition
+        self.branching = int(branching)
         self.max_priority: float | None = None  # largest p_i computed from TD errors so far
         self.n_samples = 0
-        self._abs_td = np.zeros(n, np.float64)  # rank-based only: last |delta| per slot
         self._n_updates = 0
+        self._storage: EpisodeStorage | None = None  # set by attach
+        self.sum_tree: SumTree | None = None  # priorities by slot (0 = no transition), sized by attach
+        self._abs_td: np.ndarray | None = None  # rank-based only: last |delta| per slot, sized by attach
+        if storage is not None:
+            self.attach(storage)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "storage" in state:  # pickled when the storage was a constructor argument: it is the attached one
+            state = {**state, "_storage": state["storage"]}
+            del state["storage"]
+            state.setdefault("branching", state["sum_tree"].branching)
+        self.__dict__.update(state)
+
+    def attach(self, storage: EpisodeStorage) -> None:
+        """Size the priorities to ``storage``'s slots and register as its listener (the transitions it already
+        holds get the largest priority). Attaching the attached storage again does nothing.
+
+        Raises:
+            TypeError: ``storage`` is not an ``EpisodeStorage``.
+            ValueError: the sampler is attached to another storage (priorities are per slot of one storage).
+        """
+        check_is_storage(storage)
+        if storage is self._storage:
+            return
+        if self._storage is not None:
+            raise ValueError("this PrioritizedSampler is attached to another storage (its priorities are per slot "
+                             "of one storage): build one sampler per storage")
+        n = storage.n_slots
+        self.sum_tree = SumTree(n, self.branching, track_min=True)
+        self._abs_td = np.zeros(n, np.float64)
+        self._storage = storage
         storage.add_listener(self)
 
+    def _attached(self, storage: EpisodeStorage | None = None) -> SumTree:
+        """The tree, after attaching ``storage`` to an unattached sampler; ValueError for another storage or
+        none at all."""
+        if storage is not None and storage is not self._storage:
+            self.attach(storage)
+        if self.sum_tree is None:
+            raise ValueError("this PrioritizedSampler is not attached to a storage yet: pass it to "
+                             "her.HerReplayBuffer(storage, sampler=...) or call sampler.attach(storage)")
+        return self.sum_tree
+
     # -- storage listener
-    def on_transitions_added(self, slots: np.ndarray) -> None:
+    def on_added(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """New transitions get the largest priority computed so far (1.0 before the first update)."""
         p = 1.0 if self.max_priority is None else self.max_priority
         self.sum_tree.update(slots, p)
         if self.rank_based:
             self._abs_td[slots] = np.inf  # new transitions rank first
 
-    def on_transitions_removed(self, slots: np.ndarray) -> None:
+    def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Transitions that left get priority 0 (never drawn)."""
         self.sum_tree.update(slots, 0.0)
 
     @property
@@ -216,22 +301,35 @@ class PrioritizedSampler:
 
     @property
     def min_priority(self) -> float:
-        """The smallest priority of a stored transition, ``p_min`` of the IS weights (inf when none)."""
-        return self.sum_tree.min_positive
+        """The smallest priority of a stored transition, ``p_min`` of the IS weights (inf when none).
+
+        Raises:
+            ValueError: not attached to a storage.
+        """
+        return self._attached().min_positive
 
     def priorities(self, slots: np.ndarray) -> np.ndarray:
-        """Stored priorities ``p_i`` of the given slots, float64."""
-        return self.sum_tree[slots]
+        """Stored priorities ``p_i`` of the given slots (int [N]), float64 [N].
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``batch_size`` slots, stratified over the priority mass, with IS weights.
+        Raises:
+            ValueError: not attached to a storage.
+        """
+        return self._attached()[slots]
+
+    def sample(self, storage: EpisodeStorage, batch_size: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``batch_size`` slots of ``storage``, stratified over the priority mass, with IS weights. An
+        unattached sampler attaches ``storage`` first.
 
         Returns:
             slots: int64 [B]; weights: float32 [B] in (0, 1].
         Raises:
-            ValueError: no complete episode is stored yet.
+            ValueError: no complete episode is stored yet, the sampler is attached to another storage, or the
+                total priority overflowed.
         """
-        if self.storage.n_transitions == 0:
+        if storage is not self._storage:
+            self._attached(storage)
+        if storage.n_transitions == 0:
             raise ValueError("cannot sample: the storage holds no complete episode yet")
         total = self.sum_tree.total
         if not total < math.inf:
@@ -250,10 +348,12 @@ class PrioritizedSampler:
             slots: int [B] the ``index`` field of the batch that was trained on.
             td_error: float [B] TD errors (sign ignored).
         Raises:
-            ValueError: non-integer slots, lengths that differ, or a TD error is NaN or infinite.
+            ValueError: non-integer slots, lengths that differ, a TD error is NaN or infinite, or the sampler is
+                not attached to a storage.
             IndexError: a slot outside the storage.
         """
         slots, delta = _check_slots_and_td_errors(slots, td_error)
+        self._attached()
         if slots.size == 0:
             return
         if slots.min() < 0 or slots.max() >= self.sum_tree.capacity:
@@ -285,18 +385,29 @@ class PrioritizedSampler:
             self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
 
     def _rerank(self) -> None:
-        slots = self.storage.transition_slots()
+        slots = self._storage.transition_slots()
         order = np.argsort(-self._abs_td[slots], kind="stable")
         p = np.empty(len(slots))
         p[order] = (1.0 / np.arange(1, len(slots) + 1)) ** self.alpha
         self._set(slots, p, float(p.max()) if len(p) else 0.0)
 
     def state_dict(self) -> dict:
-        return {"leaves": self.sum_tree.leaves.copy(), "n_samples": self.n_samples, "abs_td": self._abs_td.copy(),
+        """Priorities (``leaves``, float64 [n_slots]), the beta schedule and the rank state.
+
+        Raises:
+            ValueError: not attached to a storage.
+        """
+        return {"leaves": self._attached().leaves.copy(), "n_samples": self.n_samples, "abs_td": self._abs_td.copy(),
                 "max_priority": -1.0 if self.max_priority is None else self.max_priority,
                 "n_updates": self._n_updates}  # rank-based: when the next re-sort happens
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore from ``state_dict()``.
+
+        Raises:
+            ValueError: not attached to a storage.
+        """
+        self._attached()
         leaves = np.asarray(state["leaves"], np.float64)
         live = leaves > 0
         self.sum_tree.levels[self.sum_tree.depth][: self.sum_tree.capacity] = np.where(live, leaves, 0.0)
@@ -306,3 +417,8 @@ class PrioritizedSampler:
         self._n_updates = int(state.get("n_updates", 0))  # states saved before this key: re-sort schedule restarts
         mp = float(state["max_priority"])
         self.max_priority = None if mp < 0 else mp
+
+    def __repr__(self) -> str:
+        return (f"PrioritizedSampler(alpha={self.alpha}, beta0={self.beta0}, beta_annealing_steps="
+                f"{self.beta_annealing_steps}, eps={self.eps}, td_error_clip={self.td_error_clip}, rank_based="
+                f"{self.rank_based}, attached={self._storage is not None})")

@@ -245,9 +245,9 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
             observation_space["achieved_goal"].shape, max_episode_steps=max_episode_steps or 50, n_envs=n_envs,
             info_shapes=self.info_keys,
         )
-        sampler = (PrioritizedSampler(self.storage, alpha=alpha, beta0=beta0,
-                                      beta_annealing_steps=beta_annealing_steps, eps=eps, td_error_clip=td_error_clip)
-                   if self.prioritized else UniformSampler(self.storage))
+        sampler = (PrioritizedSampler(alpha=alpha, beta0=beta0, beta_annealing_steps=beta_annealing_steps, eps=eps,
+                                      td_error_clip=td_error_clip)
+                   if self.prioritized else UniformSampler())
         reward_fn = self._resolve_compute_reward()
         if seed is None:
             seed = int(np.random.randint(2**31 - 1))  # follows SB3's set_random_seed
@@ -293,7 +293,7 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
 
     def truncate_last_trajectory(self) -> None:
         """Drop the unfinished episodes (after a load the envs restart)."""
-        self.storage.discard_in_progress()
+        self.her.discard_in_progress()
         self._last_next = None
 
     def reset(self) -> None:
@@ -338,10 +338,10 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         # An env restarted without an episode end (e.g. a new learn() call resets the envs): drop its partial
         # episode rather than glue it onto the new one.
         if self._last_next is not None:
-            staged = np.asarray(self.storage.in_progress_lengths()) > 0
+            staged = np.asarray(self.her.in_progress_lengths()) > 0
             for i in np.flatnonzero(staged):
                 if not all(np.array_equal(obs[k][i], self._last_next[k][i]) for k in GOAL_KEYS):
-                    self.storage.discard_in_progress(int(i))
+                    self.her.discard_in_progress(int(i))
         info = {k: np.stack([np.asarray(inf[k], np.float32).reshape(s) for inf in infos])
                 for k, s in self.info_keys.items()} or None
         action = np.asarray(action, np.float32).reshape(n, self.action_dim)

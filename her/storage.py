@@ -7,9 +7,11 @@ the env's reward, the per-step info arrays a reward function needs, whether it e
 true termination and (goal storages) a copy of the next state's achieved goal, which the 1-step reward reads
 without another random access. The next state of the transition in slot ``i`` is slot ``i + 1`` (mod the ring size).
 
-Steps coming from ``n_envs`` parallel envs are staged per env (``her.writer.EpisodeWriter``, ``storage.writer``)
-and written to the ring only when their episode ends, so only complete episodes are ever sampled and episodes
-never mix. When the ring is full the oldest whole episodes are dropped. Semantics: ``docs/semantics.md``.
+The storage takes complete episodes only (``add_episode``). Steps coming from parallel envs are staged per env by
+an ``her.EpisodeWriter`` (``her/writer.py``, which holds the storage; this module never imports it) and handed
+over when their episode ends, so only complete episodes are ever sampled and episodes never mix. When the ring is
+full the oldest whole episodes are dropped; listeners (e.g. a prioritized sampler) are told which transitions
+entered and left. Semantics: ``docs/semantics.md``.
 """
 
 from __future__ import annotations
@@ -22,17 +24,26 @@ from typing import Any, Protocol
 import numpy as np
 
 from ._util import refuse_complex
-from .writer import EpisodeWriter
 
 __all__ = ["EpisodeStorage", "StorageListener", "storage_from_env"]
 
 
 class StorageListener(Protocol):
-    """Receives the slots of transitions that enter or leave the storage (prioritized samplers use it)."""
+    """Told about the transitions that enter or leave a storage (``storage.add_listener``; a prioritized sampler
+    is one). ``slots``: int64 [N] transition slots."""
 
-    def on_transitions_added(self, slots: np.ndarray) -> None: ...
+    def on_added(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
 
-    def on_transitions_removed(self, slots: np.ndarray) -> None: ...
+    def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+
+#: the step-wise API the storage had before the writer became its own piece -> where it is now
+_MOVED = {
+    "add": "buffer.add(...) of an her.HerReplayBuffer, or her.EpisodeWriter(storage).add(...)",
+    "discard_in_progress": "buffer.discard_in_progress() or writer.discard_in_progress()",
+    "in_progress_lengths": "buffer.in_progress_lengths() or writer.in_progress_lengths()",
+    "writer": "buffer.writer, or her.EpisodeWriter(storage)",
+}
 
 
 def _shape(x: Any, name: str = "shape") -> tuple[int, ...]:
@@ -76,17 +87,19 @@ class EpisodeStorage:
         goal_shape: shape of one goal, e.g. ``(3,)``; ``None`` for plain, goal-free transitions.
         max_episode_steps: the usual episode length (the env's time limit). Longer episodes are accepted up
             to ``capacity`` transitions.
-        n_envs: number of parallel envs whose steps ``add`` receives.
+        n_envs: number of parallel envs an ``EpisodeWriter`` over this storage stages by default (the storage
+            itself holds complete episodes only).
         info_shapes: per-step info arrays to keep for the reward function, ``{key: shape}``; stored as float32.
-        validate: check shapes at every ``add`` and NaN/inf at every episode end (cheap; on by default).
+        validate: check NaN/inf at every ``add_episode`` (and a writer's shapes at every step); cheap, on by default.
 
     Raises:
         ValueError: non-positive capacity, max_episode_steps or n_envs.
 
-    Episodes longer than ``capacity`` transitions are refused with a ValueError (``add_episode``: at once;
-    ``add``: as soon as the staged episode passes ``capacity``, once; its remaining steps are then dropped up to
-    its end, and the other envs' steps are kept).
+    Episodes longer than ``capacity`` transitions are refused with a ValueError (see ``add_episode`` and
+    ``EpisodeWriter``).
     """
+
+    n_restores = 0  # times load_state_dict replaced the contents (class default: storages pickled before it)
 
     def __init__(
         self,
@@ -131,7 +144,6 @@ class EpisodeStorage:
         self.n_transitions = 0
         self.n_episodes_added = 0
         self._listeners: list[StorageListener] = []
-        self.writer = EpisodeWriter(self)  # per-env staging of the episodes in progress
 
     def _record_dtype(self) -> np.dtype:
         fields = [("observation", np.float32, self.observation_shape)]
@@ -156,10 +168,10 @@ class EpisodeStorage:
         self.info = {k: self.data["info." + k] for k in self.info_shapes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        # Storages pickled when they staged steps themselves hold a ``writer`` (or older, ``_stages``): the
+        # writer is now its own piece, and those unfinished steps are dropped, as a load drops them.
+        state = {k: v for k, v in state.items() if k not in ("writer", "_stages")}
         self.__dict__.update(state)
-        if "writer" not in state:  # a state pickled without an EpisodeWriter: its staged steps are dropped
-            self.__dict__.pop("_stages", None)
-            self.writer = EpisodeWriter(self)
         if self.dtype != self._record_dtype():  # records pickled without the next-achieved-goal copy
             old, self.dtype = self.data, self._record_dtype()
             self.data = np.zeros(len(old), self.dtype)
@@ -168,6 +180,12 @@ class EpisodeStorage:
             if self.has_goals:
                 self.data["next_achieved_goal"] = np.roll(self.achieved_goal, -1, axis=0)
             self._bind_fields()
+
+    def __getattr__(self, name: str) -> Any:  # only reached for a missing attribute
+        if name in _MOVED:
+            raise AttributeError(f"EpisodeStorage.{name} is gone: the storage holds complete episodes only; step-wise "
+                                 f"writing is an her.EpisodeWriter's ({_MOVED[name]})")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ queries
     @property
@@ -218,10 +236,11 @@ class EpisodeStorage:
         return list(self._episodes)
 
     def add_listener(self, listener: StorageListener) -> None:
-        """Register an object told about transitions entering and leaving (e.g. a prioritized sampler)."""
+        """Register an object told about transitions entering and leaving (e.g. a prioritized sampler, which
+        ``attach`` registers). It is told at once about the transitions already stored."""
         self._listeners.append(listener)
         if self.n_transitions:
-            listener.on_transitions_added(self.transition_slots())
+            listener.on_added(self, self.transition_slots())
 
     # ------------------------------------------------------------------ writing
     def add_episode(
@@ -332,7 +351,7 @@ class EpisodeStorage:
         if self._listeners:
             slots = (start + np.arange(T)) % S
             for listener in self._listeners:
-                listener.on_transitions_added(slots)
+                listener.on_added(self, slots)
         return start, T
 
     def _evict_oldest(self) -> None:
@@ -343,47 +362,7 @@ class EpisodeStorage:
         self._n_live_states -= T + 1
         self.n_transitions -= T
         for listener in self._listeners:
-            listener.on_transitions_removed(states[:-1])
-
-    # ------------------------------------------------------------------ step-wise adding (EpisodeWriter)
-    def add(
-        self,
-        observation: Mapping[str, np.ndarray] | np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        next_observation: Mapping[str, np.ndarray] | np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        info: Mapping[str, np.ndarray] | None = None,
-    ) -> list[tuple[int, int]]:
-        """Add one step of every env (``n_envs`` rows); an env's episode is stored when it ends.
-
-        Args:
-            observation: s_t. A goal env's dict ``{"observation": [n_envs, *obs], "achieved_goal": [n_envs, *g],
-                "desired_goal": [n_envs, *g]}``, or an array [n_envs, *obs] for goal-free storage.
-            action: [n_envs, *action_shape].
-            reward: [n_envs].
-            next_observation: s_{t+1} in the same layout: the *real* next state, also at an episode end (with
-                gymnasium vector envs, the ``final_obs`` of an autoreset env, not the reset observation).
-            terminated: [n_envs] bool, true end of the episode (no bootstrapping).
-            truncated: [n_envs] bool, time-limit end (bootstrapping continues).
-            info: ``{key: [n_envs, *shape]}`` for the keys given at construction.
-
-        Returns:
-            (start slot, T) of each episode stored by this call.
-
-        Raises:
-            ValueError: wrong shapes, missing keys, complex values; NaN/inf is detected when the episode is stored.
-        """
-        return self.writer.add(observation, action, reward, next_observation, terminated, truncated, info)
-
-    def discard_in_progress(self, env: int | None = None) -> None:
-        """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset."""
-        self.writer.discard_in_progress(env)
-
-    def in_progress_lengths(self) -> list[int]:
-        """Transitions staged per env for episodes not yet ended."""
-        return self.writer.in_progress_lengths()
+            listener.on_removed(self, states[:-1])
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self, copy: bool = True) -> dict[str, Any]:
@@ -401,7 +380,8 @@ class EpisodeStorage:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from ``state_dict()``; unfinished staged episodes are discarded.
+        """Restore from ``state_dict()``. ``n_restores`` counts up, so that the writers of this storage drop their
+        unfinished staged episodes at their next call (the envs restart).
 
         Raises:
             ValueError: the state was saved from a storage of another size or layout.
@@ -425,10 +405,10 @@ class EpisodeStorage:
         self.sampleable[:] = self.data["step"] < self.data["length"]
         self._episodes = deque((int(s), int(T)) for s, T in np.asarray(state["episodes"]).reshape(-1, 2))
         self._head, self._n_live_states, self.n_transitions, self.n_episodes_added = head, live, n_tr, n_added
-        self.discard_in_progress()
+        self.n_restores += 1
         for listener in self._listeners:
-            listener.on_transitions_removed(np.arange(self.n_slots))
-            listener.on_transitions_added(self.transition_slots())
+            listener.on_removed(self, np.arange(self.n_slots))
+            listener.on_added(self, self.transition_slots())
 
     def save(self, path: str) -> None:
         """Write the storage compressed (``.npz``) atomically: a temp file, fsync, then ``os.replace``; the file
@@ -470,7 +450,7 @@ class EpisodeStorage:
         return arrays
 
 
-def check_is_storage(storage: Any, name: str = "storage") -> None:
+def check_is_storage(storage: object, name: str = "storage") -> None:
     """Raises:
         TypeError: ``storage`` is not an :class:`EpisodeStorage`."""
     if not isinstance(storage, EpisodeStorage):

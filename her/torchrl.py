@@ -76,7 +76,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "The rest of `her` (EpisodeStorage, HerReplayBuffer, samplers) works without them."
     ) from exc
 
-from .buffer import HerReplayBuffer, RewardFn
+from .buffer import HerReplayBuffer
+from .returns import RewardFn
 from .samplers import PrioritizedSampler, UniformSampler
 from .storage import EpisodeStorage
 
@@ -230,8 +231,7 @@ class HerTorchRLReplayBuffer:
         self.storage = EpisodeStorage(self.capacity, obs_shape, action_shape, goal_shape,
                                       max_episode_steps=self.max_episode_steps, info_shapes=info_shapes,
                                       validate=self.validate)
-        sampler = (PrioritizedSampler(self.storage, **self._sampler_kwargs) if self.prioritized
-                   else UniformSampler(self.storage))
+        sampler = PrioritizedSampler(**self._sampler_kwargs) if self.prioritized else UniformSampler()
         self.her = HerReplayBuffer(self.storage, self.compute_reward, sampler=sampler, **self._her_kwargs)
         self._reset_staging()
 

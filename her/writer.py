@@ -1,20 +1,20 @@
 """Step-wise writing: per-env staging of the episodes in progress, handed to the storage whole when they end.
 
-``EpisodeStorage.add`` delegates here; a storage holds one ``EpisodeWriter`` (``storage.writer``). Semantics:
+An ``EpisodeWriter`` holds the ``EpisodeStorage`` it writes to and gives it complete episodes only
+(``storage.add_episode``); the storage knows nothing of writers. ``HerReplayBuffer`` owns one (``buffer.writer``,
+``buffer.add``); a loop without a buffer builds its own: ``EpisodeWriter(storage).add(...)``. Semantics:
 ``docs/semantics.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ._util import refuse_complex
-
-if TYPE_CHECKING:
-    from .storage import EpisodeStorage
+from .storage import EpisodeStorage, _positive_int, check_is_storage  # one way: storage.py never imports this
 
 __all__ = ["EpisodeWriter"]
 
@@ -77,13 +77,34 @@ def _check_shape(name: str, arr: Any, shape: tuple[int, ...]) -> None:
 class EpisodeWriter:
     """Stages one step of every env at a time and stores each env's episode in the storage when it ends.
 
+    Only complete episodes reach the storage, so only they are ever sampled and episodes of different envs never
+    mix. An episode longer than ``storage.capacity`` transitions is refused with a ValueError as soon as it passes
+    the capacity, once; its remaining steps are then dropped up to its end, and the other envs' steps are kept.
+    After ``storage.load_state_dict`` (or ``load``) the staged steps are dropped at the next call: the envs
+    restart, and an episode in progress would otherwise be glued onto the next one.
+
     Args:
         storage: the ``EpisodeStorage`` to write complete episodes to (``storage.add_episode``).
+        n_envs: number of parallel envs whose steps ``add`` receives; default ``storage.n_envs``.
+
+    Raises:
+        ValueError: ``n_envs`` not a positive integer.
+        TypeError: ``storage`` is not an ``EpisodeStorage``.
     """
 
-    def __init__(self, storage: EpisodeStorage) -> None:
+    _restores = 0  # storage.n_restores when the stages were last valid (class default: writers pickled before it)
+
+    def __init__(self, storage: EpisodeStorage, n_envs: int | None = None) -> None:
+        check_is_storage(storage)
         self.storage = storage
-        self._stages = [_EnvStage(storage) for _ in range(storage.n_envs)]
+        self.n_envs = storage.n_envs if n_envs is None else _positive_int(n_envs, "n_envs")
+        self._stages = [_EnvStage(storage) for _ in range(self.n_envs)]
+        self._restores = storage.n_restores
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "n_envs" not in state:  # a writer pickled when the storage owned it: one stage per storage env
+            self.n_envs = len(self._stages)
 
     def add(
         self,
@@ -95,21 +116,35 @@ class EpisodeWriter:
         truncated: np.ndarray,
         info: Mapping[str, np.ndarray] | None = None,
     ) -> list[tuple[int, int]]:
-        """One step of every env; see ``EpisodeStorage.add`` for the arguments.
+        """Add one step of every env (``n_envs`` rows); an env's episode is stored when it ends.
+
+        Args:
+            observation: s_t. A goal env's dict ``{"observation": [n_envs, *obs], "achieved_goal": [n_envs, *g],
+                "desired_goal": [n_envs, *g]}``, or an array [n_envs, *obs] for goal-free storage.
+            action: [n_envs, *action_shape].
+            reward: [n_envs].
+            next_observation: s_{t+1} in the same layout: the *real* next state, also at an episode end (with
+                gymnasium vector envs, the ``final_obs`` of an autoreset env, not the reset observation).
+            terminated: [n_envs] bool (or 0/1 numbers), true end of the episode (no bootstrapping).
+            truncated: [n_envs] bool (or 0/1 numbers), time-limit end (bootstrapping continues).
+            info: ``{key: [n_envs, *shape]}`` for the storage's ``info_shapes`` keys.
 
         Returns:
             (start slot, T) of each episode stored by this call.
         Raises:
-            ValueError: wrong shapes, missing keys, an episode longer than the capacity, NaN/inf (detected when
-                the episode is stored). One env's refused episode does not cost the other envs their step.
+            ValueError: wrong shapes, missing keys, complex values, flags that are not bools, an episode longer
+                than the capacity, NaN/inf (detected when the episode is stored, with the storage's ``validate``).
+                One env's refused episode does not cost the other envs their step.
         """
         st = self.storage
+        if st.n_restores != self._restores:
+            self.discard_in_progress()
         states = self._states(observation, next_observation)
         if st.validate:
             self._validate(states, action, reward, terminated, truncated, info)
         done = np.logical_or(terminated, truncated)
         error: ValueError | None = None
-        for e in range(st.n_envs):
+        for e in range(self.n_envs):
             try:
                 self._stage(e, states, action, reward, info, bool(done[e]))
             except ValueError as exc:
@@ -150,7 +185,7 @@ class EpisodeWriter:
             raise
 
     def _validate(self, states: tuple, action, reward, terminated, truncated, info) -> None:
-        st, n, check = self.storage, self.storage.n_envs, _check_shape
+        st, n, check = self.storage, self.n_envs, _check_shape
         obs, ag, dg, nobs, nag, ndg = states
         check("observation", obs, (n, *st.observation_shape))
         check("next_observation", nobs, (n, *st.observation_shape))
@@ -222,10 +257,22 @@ class EpisodeWriter:
                                         terminated=terminated, info=info, **kw)
 
     def discard_in_progress(self, env: int | None = None) -> None:
-        """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset."""
-        for e in range(self.storage.n_envs) if env is None else [env]:
+        """Drop the staged, unfinished episode of one env (or of all envs), e.g. after an env reset.
+
+        Raises:
+            IndexError: ``env`` not in ``[0, n_envs)``.
+        """
+        if env is not None and not 0 <= env < self.n_envs:
+            raise IndexError(f"env must be in [0, {self.n_envs}), got {env}")
+        for e in range(self.n_envs) if env is None else [env]:
             self._stages[e].reset()
+        self._restores = self.storage.n_restores
 
     def in_progress_lengths(self) -> list[int]:
-        """Transitions staged per env for episodes not yet ended."""
+        """Transitions staged per env for episodes not yet ended (int, ``n_envs`` of them)."""
+        if self.storage.n_restores != self._restores:
+            self.discard_in_progress()
         return [stage.length for stage in self._stages]
+
+    def __repr__(self) -> str:
+        return f"EpisodeWriter(n_envs={self.n_envs}, in_progress={self.in_progress_lengths()})"

@@ -23,7 +23,7 @@ OBS_DIM = 3
 ACT_DIM = 2
 DESIRED = np.array([-1.0, -1.0], np.float32)
 INFO_SHAPES = {"w": (1,)}
-MIXED_OTHER_DESIRED = 0.5  # GoalRelabeler's default other_desired_fraction
+MIXED_OTHER_DESIRED = 0.5  # make_relabeler's default other_desired_fraction
 
 
 def info_w(e: int, t: int) -> float:
@@ -104,17 +104,23 @@ def make_tag_storage(capacity: int, n_envs: int = 1, max_episode_steps: int = 50
 
 
 class TagEnvs:
-    """``storage.n_envs`` tag envs stepped together through ``storage.add``.
+    """``writer.n_envs`` tag envs stepped together through ``writer.add``.
 
-    ``schedules[env]`` is a list of (length, terminated) cycled through for that env's episodes.
+    ``target``: the ``EpisodeWriter`` to step into, or a ``HerReplayBuffer`` (its writer), or an ``EpisodeStorage``
+    (a new writer over it). ``schedules[env]`` is a list of (length, terminated) cycled through for that env's
+    episodes.
     """
 
-    def __init__(self, storage: her.EpisodeStorage, schedules: list[list[tuple[int, bool]]],
-                 run: TagRun | None = None) -> None:
-        self.storage, self.schedules = storage, schedules
+    def __init__(self, target: her.EpisodeWriter | her.HerReplayBuffer | her.EpisodeStorage,
+                 schedules: list[list[tuple[int, bool]]], run: TagRun | None = None) -> None:
+        if isinstance(target, her.EpisodeStorage):
+            target = her.EpisodeWriter(target)
+        elif isinstance(target, her.HerReplayBuffer):
+            target = target.writer
+        self.writer, self.storage, self.schedules = target, target.storage, schedules
         self.run = run or TagRun()
-        self.cursor = [0] * storage.n_envs
-        self.state = [self._new_episode(env) for env in range(storage.n_envs)]  # [episode, step]
+        self.cursor = [0] * target.n_envs
+        self.state = [self._new_episode(env) for env in range(target.n_envs)]  # [episode, step]
 
     def _new_episode(self, env: int) -> list:
         sched = self.schedules[env]
@@ -126,7 +132,7 @@ class TagEnvs:
         return [ep, 0]
 
     def step(self, n_steps: int = 1) -> TagRun:
-        storage, n, run = self.storage, self.storage.n_envs, self.run
+        storage, n, run = self.storage, self.writer.n_envs, self.run
         use_info = bool(storage.info_shapes)
         for _ in range(n_steps):
             eps = [s[0] for s in self.state]
@@ -145,7 +151,7 @@ class TagEnvs:
             terminated = last & np.array([ep.terminated for ep in eps])
             truncated = last & ~terminated
             info = {"w": np.array([[ep.info(k)] for ep, k in zip(eps, ks)], np.float32)} if use_info else None
-            storage.add(obs, action, reward, nobs, terminated, truncated, info)
+            self.writer.add(obs, action, reward, nobs, terminated, truncated, info)
             for env in range(n):
                 self.state[env][1] += 1
                 if last[env]:

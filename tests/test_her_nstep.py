@@ -32,7 +32,7 @@ def nstep_setups(draw, max_len: int = 9):
     n_envs, schedules, capacity, mes, n_steps = draw(tag_setups(max_len, min_steps=max_len))
     return {"n_envs": n_envs, "schedules": schedules, "capacity": capacity, "mes": mes, "n_steps": n_steps,
             "n": draw(st.integers(1, 6)), "gamma": draw(st.sampled_from([0.5, 0.9, 0.98, 1.0])),
-            "strategy": draw(st.sampled_from(her.STRATEGIES)), "k": draw(st.integers(0, 4)),
+            "strategy": draw(st.sampled_from(list(her.RelabelStrategy))), "k": draw(st.integers(0, 4)),
             "prioritized": draw(st.booleans()), "seed": draw(st.integers(0, 2**31 - 1))}
 
 
@@ -113,7 +113,7 @@ def test_stop_at_success_with_final_goal_example():
         her.HerReplayBuffer(storage, sparse_reward, n_step=3, stop_at_success=True)
 
 
-@pytest.mark.parametrize("strategy", her.STRATEGIES)
+@pytest.mark.parametrize("strategy", list(her.RelabelStrategy))
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_n_step_1_is_exactly_the_one_step_batch(strategy, prioritized):
     """Same seed: the n = 1 batch and an n = 4 batch draw the same transitions and goals; where the n = 4

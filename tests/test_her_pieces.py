@@ -60,7 +60,7 @@ def test_a_relabeler_and_a_returns_class_of_the_users_own_plug_in():
     np.testing.assert_allclose(b.reward, want, rtol=1e-6)
     assert (b.discount == 1.0).all() and buf.gamma == 1.0 and buf.n_step == 1
     # a prioritized sampler composes with them
-    sampler = her.PrioritizedSampler(storage)
+    sampler = her.PrioritizedSampler()
     buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, relabeler=OppositeGoal(),
                               returns=TwoStepNoDiscount(), seed=1)
     b = buf.sample(500)
@@ -79,7 +79,12 @@ def test_shorthands_build_the_named_classes():
     for name, cls in [("future", her.FutureGoals), ("final", her.FinalGoal), ("episode", her.EpisodeGoals)]:
         assert type(her.make_relabeler(name)) is cls and type(her.make_relabeler(her.RelabelStrategy(name))) is cls
     assert isinstance(her.HerReplayBuffer(storage, tag_reward).returns, her.OneStepReturn)
-    assert her.STRATEGIES == tuple(s.value for s in her.RelabelStrategy)
+    assert [str(s) for s in her.RelabelStrategy] == ["future", "final", "episode", "mixed"]
+    assert her.RelabelStrategy.MIXED == "mixed" and her.HerReplayBuffer(
+        storage, tag_reward, strategy=her.RelabelStrategy.FINAL).relabeler.strategy is her.RelabelStrategy.FINAL
+    with pytest.raises(ValueError, match=r"relabel strategy must be one of \('future', 'final', 'episode', "
+                                         r"'mixed'\), got 'futureactual'"):
+        her.make_relabeler("futureactual")
 
 
 def test_no_relabel_keeps_every_stored_goal():
@@ -121,8 +126,10 @@ def test_a_relabeler_for_a_goal_free_storage_is_refused():
 @pytest.mark.parametrize("make, error, match", [
     (lambda s: her.HerReplayBuffer("x", tag_reward), TypeError,
      "storage must be an her.EpisodeStorage .*got str"),
-    (lambda s: her.PrioritizedSampler(None), TypeError, "storage must be an her.EpisodeStorage .*got NoneType"),
-    (lambda s: her.UniformSampler([]), TypeError, "storage must be an her.EpisodeStorage .*got list"),
+    (lambda s: her.PrioritizedSampler("x"), TypeError, "storage must be an her.EpisodeStorage .*got str"),
+    (lambda s: her.PrioritizedSampler().attach([]), TypeError, "storage must be an her.EpisodeStorage .*got list"),
+    (lambda s: her.UniformSampler().attach([]), TypeError, "storage must be an her.EpisodeStorage .*got list"),
+    (lambda s: her.HerReplayBuffer(s, tag_reward, sampler=object()), TypeError, "sampler must have a sample"),
     (lambda s: her.storage_from_env(None, 100), TypeError, "env must be a gymnasium env or vector env"),
     (lambda s: her.HerReplayBuffer(s, tag_reward, seed=-1), ValueError, "seed must be an integer >= 0 or None, got -1"),
     (lambda s: her.HerReplayBuffer(s, tag_reward, seed="x"), ValueError, "seed must be an integer >= 0 or None"),
@@ -133,3 +140,86 @@ def test_wrong_objects_and_seeds_are_refused_naming_the_argument(make, error, ma
     storage, _, _ = _storage()
     with pytest.raises(error, match=match):
         make(storage)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Samplers take the storage per call; a sampler is built without one
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_samplers_are_built_without_a_storage_and_take_it_per_call():
+    storage, _, _ = _storage()
+    uniform = her.UniformSampler()
+    slots, w = uniform.sample(storage, 64, np.random.default_rng(0))
+    assert slots.dtype == np.int64 and storage.is_transition(slots).all() and (w == 1).all()
+    p = her.PrioritizedSampler(alpha=0.7, beta0=0.5)  # settings checked, nothing sized yet
+    with pytest.raises(ValueError, match="not attached to a storage yet"):
+        p.priorities(np.array([0]))
+    drawn, w = p.sample(storage, 64, np.random.default_rng(0))  # an unattached sampler attaches on first use
+    assert storage.is_transition(drawn).all() and (w == 1).all()
+    np.testing.assert_array_equal(p.priorities(storage.transition_slots()), 1.0)
+    p.attach(storage)  # again: nothing happens
+    other, _, _ = _storage()
+    with pytest.raises(ValueError, match="attached to another storage"):
+        p.sample(other, 4, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="attached to another storage"):
+        her.HerReplayBuffer(other, tag_reward, sampler=p)
+    assert isinstance(p, her.Sampler) and isinstance(uniform, her.Sampler)
+
+
+def test_a_storage_first_prioritized_sampler_is_the_attached_shortcut():
+    storage, _, _ = _storage()
+    a = her.PrioritizedSampler(storage, 0.7, 0.5, eps=1e-3)  # the call agents/ make
+    b = her.PrioritizedSampler(alpha=0.7, beta0=0.5, eps=1e-3)
+    b.attach(storage)
+    bufs = [her.HerReplayBuffer(storage, tag_reward, sampler=s, seed=4) for s in (a, b)]
+    x, y = (buf.sample(100) for buf in bufs)
+    np.testing.assert_array_equal(x.index, y.index)
+    np.testing.assert_array_equal(x.weight, y.weight)
+
+
+def test_a_sampler_of_your_own_needs_no_attach():
+    class FirstSlots:  # the oldest B transitions, weights 1
+        prioritized = False
+
+        def sample(self, storage, batch_size, rng):
+            return storage.transition_slots()[:batch_size], np.ones(batch_size, np.float32)
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    storage, _, _ = _storage()
+    b = her.HerReplayBuffer(storage, tag_reward, sampler=FirstSlots(), seed=0).sample(8)
+    np.testing.assert_array_equal(b.index, storage.transition_slots()[:8])
+
+
+def test_prioritized_settings_are_checked_without_a_storage():
+    with pytest.raises(ValueError, match=r"beta0 must be in \[0, 1\], got 2.0"):
+        her.PrioritizedSampler(alpha=0.6, beta0=2.0)
+    with pytest.raises(ValueError, match="branching must be an integer >= 2"):
+        her.PrioritizedSampler(branching=1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Curated names
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_every_her_module_has_a_curated_all():
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(her.__path__):
+        if info.name in ("sb3", "torchrl"):  # optional dependencies; their __all__ is checked by their tests
+            continue
+        module = importlib.import_module(f"her.{info.name}")
+        assert hasattr(module, "__all__"), info.name
+        assert all(hasattr(module, name) for name in module.__all__), info.name
+    assert all(hasattr(her, name) for name in her.__all__)
+    assert {"SumTree", "MinTree", "MaxTree", "SegmentTree", "STRATEGIES", "GoalRelabeler"}.isdisjoint(her.__all__)
+    for piece in ("EpisodeStorage", "EpisodeWriter", "UniformSampler", "PrioritizedSampler", "FutureGoals",
+                  "NStepReturn", "HerReplayBuffer", "Batch", "RelabelStrategy", "make_relabeler", "make_returns"):
+        assert piece in her.__all__

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import her
+from her.trees import MaxTree, MinTree, SegmentTree, SumTree
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALPHA = 1e-4
@@ -37,8 +38,8 @@ def add_items(storage: her.EpisodeStorage, ids) -> list[int]:
     return [storage.add_episode(np.array([[i], [i]], np.float32), np.zeros((1, 1)), np.zeros(1))[0] for i in ids]
 
 
-def live_priorities(sampler: her.PrioritizedSampler) -> tuple[np.ndarray, np.ndarray]:
-    slots = sampler.storage.transition_slots()
+def live_priorities(sampler: her.PrioritizedSampler, storage: her.EpisodeStorage) -> tuple[np.ndarray, np.ndarray]:
+    slots = storage.transition_slots()
     return slots, sampler.priorities(slots)
 
 
@@ -49,12 +50,12 @@ def live_priorities(sampler: her.PrioritizedSampler) -> tuple[np.ndarray, np.nda
 
 @pytest.mark.parametrize("branching", [2, 3, 32])
 def test_any_capacity_prefix_search_finds_the_right_leaf(branching):
-    tree = her.SumTree(3, branching)
+    tree = SumTree(3, branching)
     tree.update(np.arange(3), 1.0)
     np.testing.assert_array_equal(tree.find(np.array([0.5, 1.5, 2.5])), [0, 1, 2])
     rng = np.random.default_rng(0)
     for capacity in (3, 5, 6, 8):
-        tree = her.SumTree(capacity, branching)
+        tree = SumTree(capacity, branching)
         p = np.arange(1, capacity + 1, dtype=float)
         tree.update(np.arange(capacity), p)
         idx = tree.find(rng.random(60_000) * tree.total)
@@ -65,7 +66,7 @@ def test_any_capacity_prefix_search_finds_the_right_leaf(branching):
 @pytest.mark.parametrize("branching", [2, 32])
 def test_million_leaf_tree_finds_exact_indices(branching):
     n = 1_000_000
-    tree = her.SumTree(n, branching)
+    tree = SumTree(n, branching)
     tree.update(np.arange(n), 1.0)
     assert tree.total == n
     k = np.array([0, 1, 499_999, 999_999])
@@ -81,10 +82,10 @@ def small_top(cls, top_nodes: int):
 @SETTINGS
 @given(st.integers(1, 300), st.sampled_from([2, 3, 32]), st.sampled_from([1, 4, 4096]), st.data())
 def test_tree_nodes_stay_exact_reductions_under_random_batched_updates(capacity, branching, top_nodes, data):
-    trees = {"sum": small_top(her.SumTree, top_nodes)(capacity, branching),
-             "sum+min": small_top(her.SumTree, top_nodes)(capacity, branching, track_min=True),
-             "min": small_top(her.MinTree, top_nodes)(capacity, branching),
-             "max": small_top(her.MaxTree, top_nodes)(capacity, branching)}
+    trees = {"sum": small_top(SumTree, top_nodes)(capacity, branching),
+             "sum+min": small_top(SumTree, top_nodes)(capacity, branching, track_min=True),
+             "min": small_top(MinTree, top_nodes)(capacity, branching),
+             "max": small_top(MaxTree, top_nodes)(capacity, branching)}
     ops = {"sum": np.sum, "sum+min": np.sum, "min": np.min, "max": np.max}
     leaves = {name: np.full(capacity, t.neutral) for name, t in trees.items()}
     for _ in range(data.draw(st.integers(1, 6))):
@@ -108,7 +109,7 @@ def test_tree_nodes_stay_exact_reductions_under_random_batched_updates(capacity,
 
 
 def test_tracked_minimum_survives_ties_overwrites_of_the_minimum_and_rebuilds():
-    tree = her.SumTree(100, 4, track_min=True)
+    tree = SumTree(100, 4, track_min=True)
     assert tree.min_positive == np.inf
     tree.update(np.arange(10), np.full(10, 0.5))  # ten leaves tie at the minimum
     assert tree.min_positive == 0.5
@@ -129,7 +130,7 @@ def test_tracked_minimum_survives_ties_overwrites_of_the_minimum_and_rebuilds():
 
 def test_tied_minimum_is_kept_by_count_without_recounting_the_leaves(monkeypatch):
     # alpha = 0: every priority ties at the minimum; overwriting some of them must not force an O(capacity) recount
-    tree = her.SumTree(1000, 16, track_min=True)
+    tree = SumTree(1000, 16, track_min=True)
     tree.update(np.arange(1000), np.ones(1000))
     assert tree.min_positive == 1.0
     recounts = []
@@ -147,12 +148,12 @@ def test_tied_minimum_is_kept_by_count_without_recounting_the_leaves(monkeypatch
 
 
 def test_sum_tree_pickled_with_min_levels_recounts_its_minimum():
-    tree = her.SumTree(500, 4, track_min=True)
+    tree = SumTree(500, 4, track_min=True)
     tree.update(np.arange(500), np.linspace(1.0, 2.0, 500))
     state = dict(tree.__dict__)
     del state["_min"], state["_min_count"]
     state["_min_levels"] = [None]  # the layout before the count
-    old = object.__new__(her.SumTree)
+    old = object.__new__(SumTree)
     old.__dict__.update(state)
     tree2 = pickle.loads(pickle.dumps(old))
     assert tree2.min_positive == 1.0
@@ -162,7 +163,7 @@ def test_sum_tree_pickled_with_min_levels_recounts_its_minimum():
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")
 def test_find_refuses_a_nan_mass_and_the_sampler_an_overflowed_total():
-    tree = her.SumTree(100, 4)
+    tree = SumTree(100, 4)
     tree.update(np.arange(100), np.ones(100))
     with pytest.raises(ValueError, match="masses"):
         tree.find(np.array([1.0, np.nan]))
@@ -171,7 +172,7 @@ def test_find_refuses_a_nan_mass_and_the_sampler_an_overflowed_total():
     sampler = her.PrioritizedSampler(storage, alpha=1.0)
     sampler.update_priorities(np.array([0, 1]), np.array([1.7e308, 1.7e308]))
     with pytest.raises(ValueError, match="overflowed"):
-        sampler.sample(4, np.random.default_rng(0))
+        sampler.sample(storage, 4, np.random.default_rng(0))
 
 
 @SETTINGS
@@ -182,7 +183,7 @@ def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass_and_never_an
                                        max_size=capacity)))
     if vals.sum() == 0:
         vals[-1] = 1.0
-    tree = small_top(her.SumTree, top_nodes)(capacity, branching)
+    tree = small_top(SumTree, top_nodes)(capacity, branching)
     tree.update(np.arange(capacity), vals)
     u = np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50)))
     masses = np.concatenate([u * tree.total, [tree.total, np.nextafter(tree.total, 0)]])
@@ -196,7 +197,7 @@ def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass_and_never_an
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -1.0])
 def test_invalid_priorities_are_refused_with_a_clear_error(bad):
-    tree = her.SumTree(10)
+    tree = SumTree(10)
     with pytest.raises(ValueError, match=r"priorities must be finite and >= 0, got \[" + ("-" if bad < 0 else "")):
         tree.update(np.array([1, 2]), np.array([1.0, bad]))
     assert tree.total == 0
@@ -230,19 +231,19 @@ def test_bad_tree_and_sampler_arguments_are_refused():
     with pytest.raises(ValueError, match="eps \\*\\* alpha underflows to 0"):
         her.PrioritizedSampler(one_step_storage(5), alpha=2.0, eps=1e-200)
     with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
-        her.SumTree(0)
+        SumTree(0)
     with pytest.raises(ValueError, match="branching must be >= 2, got 1"):
-        her.SumTree(5, 1)
+        SumTree(5, 1)
     with pytest.raises(ValueError, match="reduce must be one of"):
-        her.SegmentTree(5, "mean")
+        SegmentTree(5, "mean")
     with pytest.raises(ValueError, match="cannot sample from a sum tree whose total priority is 0"):
-        her.SumTree(5).find(np.array([0.0]))
+        SumTree(5).find(np.array([0.0]))
     storage = one_step_storage(10)
     for kw, msg in (({"alpha": -0.1}, "alpha must be a finite number >= 0"),
                     ({"beta0": 1.5}, r"beta0 must be in \[0, 1\]"), ({"eps": 0.0}, "eps must be a finite number > 0")):
         with pytest.raises(ValueError, match=msg):
             her.PrioritizedSampler(storage, **kw)
-    with pytest.raises(ValueError, match="same storage"):
+    with pytest.raises(ValueError, match="attached to another storage"):
         her.HerReplayBuffer(storage, sampler=her.PrioritizedSampler(one_step_storage(10)))
 
 
@@ -271,7 +272,7 @@ def test_zero_td_error_keeps_an_item_sampleable():
     p = sampler.priorities(slots)
     np.testing.assert_allclose(p, sampler.eps**0.6)
     assert (p > 0).all()
-    drawn, w = sampler.sample(5000, np.random.default_rng(0))
+    drawn, w = sampler.sample(storage, 5000, np.random.default_rng(0))
     assert set(drawn.tolist()) == set(slots)
     np.testing.assert_allclose(w, 1.0)
 
@@ -282,7 +283,7 @@ def test_is_weights_are_finite_in_0_1_with_100_of_1000_slots_filled():
     slots = np.array(add_items(storage, range(100)))
     td = np.random.default_rng(1).exponential(size=100)
     sampler.update_priorities(slots, td)
-    drawn, w = sampler.sample(20_000, np.random.default_rng(2))
+    drawn, w = sampler.sample(storage, 20_000, np.random.default_rng(2))
     assert np.isfinite(w).all() and (w > 0).all() and (w <= 1).all()
     p = (np.abs(td) + sampler.eps) ** 0.6
     # the largest possible weight is 1 (the lowest-priority item's); drawn weights are the by-hand ones
@@ -323,11 +324,11 @@ def test_sampling_frequencies_match_priorities_by_chi_square(capacity, branching
     rng = np.random.default_rng(capacity)
     slots = storage.transition_slots()
     sampler.update_priorities(slots, rng.exponential(size=len(slots)))
-    _, p = live_priorities(sampler)
+    _, p = live_priorities(sampler, storage)
     counts = np.zeros(storage.n_slots)
     n_batches, B = 400, 256
     for _ in range(n_batches):
-        drawn, _ = sampler.sample(B, rng)
+        drawn, _ = sampler.sample(storage, B, rng)
         assert storage.is_transition(drawn).all()
         counts += np.bincount(drawn, minlength=storage.n_slots)
     expected = p / p.sum() * n_batches * B
@@ -343,12 +344,12 @@ def test_is_weights_equal_n_p_to_minus_beta_over_the_buffer_max(beta0):
     rng = np.random.default_rng(3)
     slots = storage.transition_slots()
     sampler.update_priorities(slots, rng.normal(size=len(slots)) * 3)
-    live, p = live_priorities(sampler)
+    live, p = live_priorities(sampler, storage)
     N = len(storage)
     P = p / p.sum()
     w_all = (N * P) ** (-beta0)
     w_by_slot = dict(zip(live.tolist(), (w_all / w_all.max()).tolist()))
-    drawn, w = sampler.sample(1000, rng)
+    drawn, w = sampler.sample(storage, 1000, rng)
     np.testing.assert_allclose(w, [w_by_slot[s] for s in drawn.tolist()], rtol=1e-5)
     assert w.dtype == np.float32 and (w <= 1).all() and (w > 0).all()
 
@@ -362,7 +363,7 @@ def test_beta_anneals_linearly_to_one():
     for i in range(15):
         expected_beta = 0.4 + 0.6 * min(i, 10) / 10
         assert sampler.beta == pytest.approx(expected_beta)
-        drawn, w = sampler.sample(64, rng)
+        drawn, w = sampler.sample(storage, 64, rng)
         p = sampler.priorities(drawn)
         np.testing.assert_allclose(w, (p / sampler.min_priority) ** -expected_beta, rtol=1e-6)
     assert sampler.beta == 1.0
@@ -380,7 +381,7 @@ def test_rank_based_samples_larger_td_errors_more_often():
     counts = np.zeros(storage.n_slots)
     rng = np.random.default_rng(0)
     for _ in range(200):
-        counts += np.bincount(sampler.sample(256, rng)[0], minlength=storage.n_slots)
+        counts += np.bincount(sampler.sample(storage, 256, rng)[0], minlength=storage.n_slots)
     c = counts[slots]
     assert stats.spearmanr(td, c).statistic > 0.95
     expected = (1.0 / ranks) ** 0.7
@@ -409,7 +410,7 @@ def test_overwritten_transitions_lose_their_priorities():
     new = live[-8:]  # the two new episodes: the max priority seen
     np.testing.assert_allclose(sampler.priorities(new), sampler.max_priority)
     assert sampler.sum_tree.total == pytest.approx(sampler.priorities(live).sum())
-    drawn, _w = sampler.sample(4000, np.random.default_rng(0))
+    drawn, _w = sampler.sample(storage, 4000, np.random.default_rng(0))
     assert storage.is_transition(drawn).all()
     assert set(storage.observation[drawn, 0].astype(int).tolist()) == {2, 3, 4}
     # a stale update of an overwritten slot is ignored
@@ -427,7 +428,7 @@ def test_priority_mass_always_sits_exactly_on_live_transitions(capacity, lengths
     for T in lengths:
         add_tag_episode(storage, run, T)
         live = storage.transition_slots()
-        drawn, _w = sampler.sample(16, rng)
+        drawn, _w = sampler.sample(storage, 16, rng)
         sampler.update_priorities(drawn, rng.normal(size=16))
         mask = np.zeros(storage.n_slots, bool)
         mask[live] = True
@@ -457,7 +458,7 @@ def test_buffer_state_round_trip_restores_priorities_and_draws(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", her.STRATEGIES)
+@pytest.mark.parametrize("strategy", list(her.RelabelStrategy))
 def test_prioritized_sampling_keeps_every_relabeling_property(strategy):
     storage = make_tag_storage(80, n_envs=3, max_episode_steps=5)
     run = TagEnvs(storage, [[(5, True), (2, False)], [(4, False)], [(6, True), (1, True)]]).step(60)
@@ -519,7 +520,7 @@ def test_update_priorities_on_a_uniform_buffer_is_an_error_not_a_silent_no_op():
     with pytest.raises(ValueError) as err:
         buf.update_priorities(b.index, np.ones(4))
     assert str(err.value) == ("update_priorities: this buffer samples uniformly (UniformSampler), so priorities "
-                              "would be ignored; pass sampler=her.PrioritizedSampler(storage) for prioritized "
+                              "would be ignored; pass sampler=her.PrioritizedSampler() for prioritized "
                               "replay, or skip the call when not buffer.prioritized")
     with pytest.raises(ValueError, match="a UniformSampler has no priorities"):
         buf.sampler.update_priorities(b.index, np.ones(4))
@@ -527,7 +528,7 @@ def test_update_priorities_on_a_uniform_buffer_is_an_error_not_a_silent_no_op():
 
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_the_training_loops_learn_step_updates_priorities_only_when_prioritized(prioritized):
-    from her_agents.collect import learn_step
+    from her_agents.loop.collect import learn_step
 
     storage = make_tag_storage(50)
     add_tag_episode(storage, TagRun(), 5)

@@ -46,7 +46,7 @@ def _goal_steps_of(batch):
 
 
 @SETTINGS
-@given(tag_setups(min_steps=8), st.sampled_from(her.STRATEGIES), st.integers(0, 6), st.integers(0, 2**31 - 1))
+@given(tag_setups(min_steps=8), st.sampled_from(list(her.RelabelStrategy)), st.integers(0, 6), st.integers(0, 2**31 - 1))
 def test_every_sampled_goal_reward_and_done_follow_the_semantics(setup, strategy, k, seed):
     storage, run, live = _filled(setup)
     if not live:
@@ -64,7 +64,7 @@ def test_every_sampled_goal_reward_and_done_follow_the_semantics(setup, strategy
 
 
 @SETTINGS
-@given(tag_setups(min_steps=8), st.sampled_from(her.STRATEGIES), st.integers(0, 2**31 - 1))
+@given(tag_setups(min_steps=8), st.sampled_from(list(her.RelabelStrategy)), st.integers(0, 2**31 - 1))
 def test_sampled_pairs_follow_the_reference_distribution(setup, strategy, seed):
     """Chi-square of (episode, t, goal step) counts against the brute-force enumeration of the semantics."""
     storage, run, live = _filled(setup)
@@ -94,7 +94,7 @@ def test_relabeled_share_is_k_over_k_plus_1(k):
     n = 100_000
     hits = int(buf.sample(n).relabeled.sum())
     assert stats.binomtest(hits, n, k / (k + 1)).pvalue > ALPHA
-    assert her.GoalRelabeler("future", k).relabel_probability == k / (k + 1)
+    assert her.make_relabeler("future", k).relabel_probability == k / (k + 1)
 
 
 def test_relabeled_flag_matches_the_goal():
@@ -115,7 +115,7 @@ def test_relabeled_flag_matches_the_goal():
 def _one_episode_buffer(strategy, L=4, seed=0, reward=sparse_reward):
     storage = make_tag_storage(50, info=False)
     add_tag_episode(storage, TagRun(), L)
-    relabeler = her.GoalRelabeler(strategy, n_sampled_goal=4)
+    relabeler = her.make_relabeler(strategy, n_sampled_goal=4)
     relabeler.relabel_probability = 1.0  # "relabel probability 1"
     buf = her.HerReplayBuffer(storage, reward, strategy=strategy, seed=seed)
     buf.relabeler = relabeler
@@ -347,7 +347,7 @@ def test_compute_reward_signatures_taking_three_positional_arguments_are_accepte
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", her.STRATEGIES)
+@pytest.mark.parametrize("strategy", list(her.RelabelStrategy))
 def test_every_reward_equals_compute_reward_and_real_rewards_equal_the_env_rewards(strategy):
     storage = make_tag_storage(60, n_envs=3, max_episode_steps=5)
     run = TagEnvs(storage, [[(5, True), (2, False)], [(4, False)], [(1, True), (6, False)]]).step(50)
@@ -370,7 +370,7 @@ def test_every_reward_equals_compute_reward_and_real_rewards_equal_the_env_rewar
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", her.STRATEGIES)
+@pytest.mark.parametrize("strategy", list(her.RelabelStrategy))
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_truncation_is_not_termination(strategy, n_step):
     storage = make_tag_storage(50)
@@ -395,7 +395,7 @@ def test_reference_sampler_and_buffer_agree_on_goal_step_marginals():
     storage = make_tag_storage(80, n_envs=2, max_episode_steps=6)
     run = TagEnvs(storage, [[(6, False), (2, True)], [(5, True)]]).step(60)
     live = reference_live(run, storage.n_slots)
-    for strategy in her.STRATEGIES:
+    for strategy in list(her.RelabelStrategy):
         ref = reference_sample(run, live, 20_000, np.random.default_rng(1), strategy, 4)
         b = her.HerReplayBuffer(storage, tag_reward, strategy=strategy, n_sampled_goal=4, seed=2).sample(20_000)
         rel = b.relabeled
@@ -531,4 +531,4 @@ def test_mixed_rewards_are_recomputed_for_the_drawn_goal(n_step):
 def test_mixed_refuses_a_fraction_outside_0_1():
     for bad in (-0.1, 1.5, float("nan"), True):
         with pytest.raises(ValueError, match="other_desired_fraction must be a number in"):
-            her.GoalRelabeler("mixed", 4, bad)
+            her.make_relabeler("mixed", 4, bad)

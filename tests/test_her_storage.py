@@ -55,7 +55,7 @@ def test_storage_holds_exactly_the_newest_complete_episodes_that_fit(setup):
     steps = storage.observation[slots, 1].astype(int)
     expect = [(e, t) for e in live for t in range(run.episodes[e].length)]
     assert list(zip(ids.tolist(), steps.tolist())) == expect
-    assert storage.in_progress_lengths() == [step for _, step in env.state]
+    assert env.writer.in_progress_lengths() == [step for _, step in env.state]
 
 
 @SETTINGS
@@ -83,7 +83,7 @@ def test_in_progress_lengths_count_staged_steps_per_env():
     storage = make_tag_storage(100, n_envs=2)
     env = TagEnvs(storage, [[(3, False)], [(5, True)]])
     env.step(4)
-    assert storage.in_progress_lengths() == [1, 4]
+    assert env.writer.in_progress_lengths() == [1, 4]
     assert [T for _, T in storage.episodes()] == [3]
 
 
@@ -96,7 +96,7 @@ def test_unfinished_episode_is_never_sampled_next_to_a_finished_one():
     storage = make_tag_storage(60)
     env = TagEnvs(storage, [[(5, False), (50, False)]])
     env.step(5 + 3)
-    assert storage.in_progress_lengths() == [3]
+    assert env.writer.in_progress_lengths() == [3]
     buf = her.HerReplayBuffer(storage, tag_reward, strategy="future", n_sampled_goal=4, seed=0)
     batch = buf.sample(5000)
     assert set(batch.observation[:, 0].astype(int)) == {0}
@@ -107,12 +107,13 @@ def test_unfinished_episode_is_never_sampled_next_to_a_finished_one():
 
 def test_sampling_with_only_an_unfinished_episode_raises_a_clear_error():
     storage = make_tag_storage(60)
-    TagEnvs(storage, [[(10, False)]]).step(3)
     buf = her.HerReplayBuffer(storage, tag_reward, seed=0)
+    TagEnvs(buf, [[(10, False)]]).step(3)  # through the buffer's writer
     with pytest.raises(ValueError, match=r"no complete episode.*3 steps of unfinished"):
         buf.sample(4)
-    with pytest.raises(ValueError, match="no complete episode"):
-        her.PrioritizedSampler(storage).sample(4, np.random.default_rng(0))
+    for sampler in (her.PrioritizedSampler(), her.UniformSampler()):
+        with pytest.raises(ValueError, match="no complete episode"):
+            sampler.sample(storage, 4, np.random.default_rng(0))
 
 
 def test_capacity_equal_to_episode_length_keeps_the_latest_episode_whole():
@@ -250,16 +251,17 @@ def _step_arrays(n=2):
 ])
 def test_add_wrong_shape_names_expected_and_given_shape(path, bad, expected, got):
     storage = make_tag_storage(20, n_envs=2)
+    writer = her.EpisodeWriter(storage)
     kw = _step_arrays()
     if len(path) == 1:
         kw[path[0]] = bad
     else:
         kw[path[0]][path[1]] = bad
     with pytest.raises(ValueError) as exc:
-        storage.add(**kw)
+        writer.add(**kw)
     msg = str(exc.value)
     assert expected in msg and got in msg and path[-1].split("_")[0] in msg, msg
-    assert storage.in_progress_lengths() == [0, 0]
+    assert writer.in_progress_lengths() == [0, 0]
 
 
 @pytest.mark.parametrize("key, bad", [
@@ -269,45 +271,49 @@ def test_add_wrong_shape_names_expected_and_given_shape(path, bad, expected, got
 ])
 def test_add_refuses_flags_that_are_not_bools_or_0_1(key, bad):
     storage = make_tag_storage(20, n_envs=2)
+    writer = her.EpisodeWriter(storage)
     kw = _step_arrays()
     kw[key] = bad
     with pytest.raises(ValueError, match=f"{key} must be a bool array \\(or 0/1 numbers\\), got"):
-        storage.add(**kw)
-    assert storage.in_progress_lengths() == [0, 0]
+        writer.add(**kw)
+    assert writer.in_progress_lengths() == [0, 0]
     kw[key] = np.array([1.0, 0.0])  # 0/1 numbers (e.g. SB3's float dones) are flags
-    storage.add(**kw)
-    assert storage.in_progress_lengths() == [0, 1]
+    writer.add(**kw)
+    assert writer.in_progress_lengths() == [0, 1]
 
 
 def test_add_refuses_non_dict_observations_and_missing_info_keys():
     storage = make_tag_storage(20, n_envs=2)
+    writer = her.EpisodeWriter(storage)
     kw = _step_arrays()
     kw["observation"] = np.zeros((2, OBS_DIM))
     with pytest.raises(ValueError, match="observations must be dicts"):
-        storage.add(**kw)
+        writer.add(**kw)
     kw = _step_arrays()
     kw["info"] = None
     with pytest.raises(ValueError, match=r"missing keys \['w'\]"):
-        storage.add(**kw)
+        writer.add(**kw)
 
 
 def test_nan_reaching_the_storage_through_add_is_refused_when_the_episode_ends():
     storage = make_tag_storage(20, n_envs=1)
+    writer = her.EpisodeWriter(storage)
     kw = _step_arrays(1)
     kw["next_observation"]["observation"][0, 1] = np.nan
-    storage.add(**kw)
+    writer.add(**kw)
     kw = _step_arrays(1)
     kw["truncated"][:] = True
     with pytest.raises(ValueError, match=r"observation contains NaN or inf \(at steps \[1\]\)"):
-        storage.add(**kw)
+        writer.add(**kw)
     assert len(storage) == 0
-    assert storage.in_progress_lengths() == [0]
+    assert writer.in_progress_lengths() == [0]
 
 
 def test_a_refused_episode_of_one_env_does_not_corrupt_the_other_envs():
     """A NaN episode of env 0 ending in the same step as env 1 steps: env 1 keeps every step of its episode."""
     storage = make_tag_storage(40, n_envs=2)
-    env = TagEnvs(storage, [[(2, False)], [(4, False)]])
+    writer = her.EpisodeWriter(storage)
+    env = TagEnvs(writer, [[(2, False)], [(4, False)]])
     env.step(1)
     ep0, ep1 = env.state[0][0], env.state[1][0]
     kw = _step_arrays()
@@ -318,8 +324,8 @@ def test_a_refused_episode_of_one_env_does_not_corrupt_the_other_envs():
     kw["action"][:] = [[ep0.id, 1], [ep1.id, 1]]
     kw["truncated"][:] = [True, False]
     with pytest.raises(ValueError, match="NaN"):
-        storage.add(**kw)
-    assert storage.in_progress_lengths() == [0, 2]  # env 1's step was staged despite env 0's error
+        writer.add(**kw)
+    assert writer.in_progress_lengths() == [0, 2]  # env 1's step was staged despite env 0's error
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -343,6 +349,7 @@ def test_bad_construction_arguments(kw, match):
 
 def test_add_episode_terminated_must_be_a_bool_and_add_names_missing_goal_keys():
     storage = make_tag_storage(20)
+    writer = her.EpisodeWriter(storage)
     ep = _episode()
     for bad in ("no", np.zeros(3, bool), None):
         with pytest.raises(TypeError, match="terminated must be a bool"):
@@ -351,13 +358,15 @@ def test_add_episode_terminated_must_be_a_bool_and_add_names_missing_goal_keys()
     assert len(storage) == 0
     kw = _step_arrays(1)
     storage = make_tag_storage(20)
+    writer = her.EpisodeWriter(storage)
     del kw["next_observation"]["achieved_goal"]
     with pytest.raises(ValueError, match=r"next_observation dict lacks the keys \['achieved_goal'\]"):
-        storage.add(**kw)
+        writer.add(**kw)
 
 
 def test_complex_arrays_are_refused_not_cast():
     storage = make_tag_storage(20)
+    writer = her.EpisodeWriter(storage)
     ep = _episode()
     with pytest.raises(ValueError, match=r"action must be real numbers, got a complex array \(dtype complex128\)"):
         storage.add_episode(ep["observation"], ep["action"] + 1j, ep["reward"], achieved_goal=ep["achieved_goal"],
@@ -366,8 +375,8 @@ def test_complex_arrays_are_refused_not_cast():
     kw = _step_arrays(1)
     kw["reward"] = kw["reward"].astype(np.complex64)
     with pytest.raises(ValueError, match="reward must be real numbers"):
-        storage.add(**kw)
-    assert storage.in_progress_lengths() == [0]
+        writer.add(**kw)
+    assert writer.in_progress_lengths() == [0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -458,24 +467,134 @@ def test_load_refuses_a_storage_of_another_size(tmp_path):
 
 
 @pytest.mark.parametrize("same_object", [True, False])
-def test_staged_episode_is_not_glued_onto_the_next_one_after_load(tmp_path, same_object):
+@pytest.mark.parametrize("through", ["storage", "buffer"])
+def test_staged_episode_is_not_glued_onto_the_next_one_after_load(tmp_path, same_object, through):
     storage = make_tag_storage(50, n_envs=1)
-    env = TagEnvs(storage, [[(4, False), (6, False)]])
+    buf = her.HerReplayBuffer(storage, tag_reward, seed=0)
+    env = TagEnvs(buf, [[(4, False), (6, False)]])
     env.step(4 + 3)  # one complete episode, 3 steps of the next one staged
-    assert storage.in_progress_lengths() == [3]
+    assert buf.in_progress_lengths() == [3]
     storage.save(str(tmp_path / "s.npz"))
-    target = storage if same_object else make_tag_storage(50, n_envs=1)
-    target.load(str(tmp_path / "s.npz"))
+    state = buf.state_dict()
+    target = buf if same_object else her.HerReplayBuffer(make_tag_storage(50, n_envs=1), tag_reward, seed=0)
+    if through == "storage":  # the writer notices the storage's load (storage.n_restores) at its next call
+        target.storage.load(str(tmp_path / "s.npz"))
+    else:
+        target.load_state_dict(state)
     assert target.in_progress_lengths() == [0]
     # the env restarts: a fresh 2-step episode (id 99) is added after the load
     run = TagRun(episodes=dict(env.run.episodes), completed=list(env.run.completed))
     fresh = TagEnvs(target, [[(2, True)]], run=run)
     fresh.step(2)
     new_id = fresh.run.completed[-1]
-    assert [T for _, T in target.episodes()] == [4, 2]
-    start, T = target.episodes()[-1]
-    ids = target.observation[(start + np.arange(T + 1)) % target.n_slots, 0]
+    assert [T for _, T in target.storage.episodes()] == [4, 2]
+    start, T = target.storage.episodes()[-1]
+    ids = target.storage.observation[(start + np.arange(T + 1)) % target.storage.n_slots, 0]
     assert set(ids.astype(int)) == {new_id}
+
+
+def test_a_writer_stages_until_a_load_and_then_drops_its_steps_at_its_next_add():
+    storage = make_tag_storage(50, n_envs=1)
+    env = TagEnvs(storage, [[(4, False), (6, False)]])
+    env.step(4 + 3)
+    state = storage.state_dict()
+    storage.load_state_dict(state)
+    assert storage.n_restores == 1
+    env.writer.add(**_step_arrays(1))  # the 3 staged steps are dropped, this step starts a new episode
+    assert env.writer.in_progress_lengths() == [1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The writer is its own piece: the storage takes complete episodes only and never imports the writer
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_storage_module_does_not_import_the_writer():
+    import ast
+    import pathlib
+
+    tree = ast.parse(pathlib.Path(her.storage.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not {m for m in imported if m and "writer" in m}, imported
+
+
+def test_the_storage_names_where_the_step_wise_api_went():
+    storage = make_tag_storage(20)
+    for name in ("add", "discard_in_progress", "in_progress_lengths", "writer"):
+        with pytest.raises(AttributeError, match=f"EpisodeStorage.{name} is gone.*EpisodeWriter"):
+            getattr(storage, name)
+    assert not hasattr(storage, "writer")
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        storage.nope  # noqa: B018
+
+
+def test_writers_of_their_own_n_envs_share_one_storage():
+    storage = make_tag_storage(60, n_envs=1)
+    two, one = her.EpisodeWriter(storage, n_envs=2), her.EpisodeWriter(storage)
+    assert (two.n_envs, one.n_envs) == (2, 1)
+    a, b = TagEnvs(two, [[(3, False)], [(5, True)]]), TagEnvs(one, [[(2, True)]])
+    b.run = a.run  # one id space
+    a.step(5)
+    b.step(2)
+    assert sorted(T for _, T in storage.episodes()) == [2, 3, 5]
+    with pytest.raises(ValueError, match="n_envs must be a positive integer"):
+        her.EpisodeWriter(storage, n_envs=0)
+    with pytest.raises(TypeError, match="storage must be an her.EpisodeStorage"):
+        her.EpisodeWriter([])
+    with pytest.raises(IndexError, match=r"env must be in \[0, 2\)"):
+        two.discard_in_progress(2)
+
+
+def test_buffer_add_discard_and_in_progress_go_through_its_writer():
+    storage = make_tag_storage(40, n_envs=2)
+    buf = her.HerReplayBuffer(storage, tag_reward, seed=0)
+    env = TagEnvs(buf, [[(4, False)], [(6, False)]])
+    assert env.writer is buf.writer and buf.writer.storage is storage
+    env.step(3)
+    assert buf.in_progress_lengths() == [3, 3]
+    buf.discard_in_progress(1)
+    assert buf.in_progress_lengths() == [3, 0]
+    buf.discard_in_progress()
+    assert buf.in_progress_lengths() == [0, 0]
+
+
+def test_state_pickled_before_the_writer_split_loads(tmp_path):
+    """A buffer (prioritized sampler, n-step) and a storage pickled by the code where the storage owned its
+    ``EpisodeWriter`` (staged steps inside) and samplers were bound at construction. ``data/`` holds them, made
+    with commit ed49fa6 by: a 2-env tag storage (capacity 30, 4 steps) stepped 13 times with a
+    ``PrioritizedSampler(storage, alpha=0.7, beta0=0.5)``, one batch of priorities updated, then
+    ``pickle.dumps({"buffer": buf, "storage": plain, ...})`` with ``buf.compute_reward = None`` (as ``her.sb3``
+    pickles it); ``expected`` is a batch sampled by that code from an unpickled copy."""
+    import pathlib
+    import pickle
+
+    fixture = pickle.loads((pathlib.Path(__file__).parent / "data" / "her_storage_with_writer_v0.pkl").read_bytes())
+    old = pickle.loads(fixture["blob"])
+    assert old["staged"] == [2, 6] and old["plain_staged"] == [1, 5]
+    buf, plain = old["buffer"], old["storage"]
+    buf.compute_reward = tag_reward
+    assert buf.storage.episodes() == fixture["episodes"] and plain.episodes() == fixture["plain_episodes"]
+    assert "writer" not in vars(buf.storage) and "writer" not in vars(plain)
+    assert buf.in_progress_lengths() == [0, 0]  # the staged steps are dropped, as a load drops them
+    assert buf.prioritized and buf.sampler.n_samples == 1
+    batch = buf.sample(32)  # same RNG, same priorities: the same batch as the old code
+    for name, want in fixture["expected"].items():
+        np.testing.assert_array_equal(getattr(batch, name), want, err_msg=name)
+    buf.update_priorities(batch.index, np.ones(32))
+    env = TagEnvs(buf, [[(3, True)], [(2, False)]], run=TagRun(episodes={}, completed=[]))
+    env.run.episodes.update({e: None for e in range(100)})  # fresh episode ids, clear of the stored ones
+    env.state = [env._new_episode(e) for e in range(2)]
+    before = buf.storage.n_episodes_added
+    env.step(3)
+    assert buf.storage.n_episodes_added == before + 2  # the new writer stores whole episodes
+    assert buf.sampler.priorities(buf.storage.transition_slots()[-5:]).min() > 0  # the sampler still listens
+    writer = her.EpisodeWriter(plain)
+    TagEnvs(writer, [[(2, True)], [(2, True)]]).step(2)
+    assert plain.n_episodes_added == len(fixture["plain_episodes"]) + 2
+    again = pickle.loads(pickle.dumps(buf))  # and the new layout pickles with its writer
+    assert again.writer.storage is again.storage and again.sampler._storage is again.storage
+
 
 
 def test_import_her_does_not_import_torch_gymnasium_or_wandb():

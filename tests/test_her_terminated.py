@@ -86,15 +86,16 @@ POSITIONS = {"A": [0, 1, 2, 3], "B": [0, 1, 2, 1, 2, 1]}
 
 
 def _fill(storage):
-    """Step the env through episodes A and B into ``storage`` with ``storage.add`` (one env)."""
+    """Step the env through episodes A and B into ``storage`` with an ``EpisodeWriter`` (one env)."""
     env = gym.make("TestLineGoal-v0")
+    writer = her.EpisodeWriter(storage)
     for goal, actions in EPISODES.values():
         obs, _ = env.reset(options={"goal": goal})
         for a in actions:
             nxt, reward, terminated, truncated, _ = env.step(np.array([a], np.float32))
             rows = {k: v[None] for k, v in obs.items()}, {k: v[None] for k, v in nxt.items()}
-            storage.add(rows[0], np.array([[a]], np.float32), np.array([reward]), rows[1], np.array([terminated]),
-                        np.array([truncated]))
+            writer.add(rows[0], np.array([[a]], np.float32), np.array([reward]), rows[1], np.array([terminated]),
+                       np.array([truncated]))
             obs = nxt
     env.close()
     assert storage.n_episodes == 2 and storage.terminated.sum() == 1  # A's last transition only
@@ -291,7 +292,7 @@ def test_her_train_passes_the_envs_own_vectorized_compute_terminated():
     from omegaconf import OmegaConf
 
     from her_agents.config import load_config
-    from her_agents.train import build_replay
+    from her_agents.loop.train import build_replay
     from her_envs import goal_env_spec
 
     spec = goal_env_spec("TestLineGoal-v0")

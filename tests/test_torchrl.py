@@ -93,11 +93,11 @@ CAPACITY = 400
 
 
 def reference(td: TensorDict, prioritized: bool, **kw) -> her.HerReplayBuffer:
-    """``her`` fed the same steps one at a time through ``EpisodeStorage.add`` (its own per-env staging)."""
+    """``her`` fed the same steps one at a time through ``HerReplayBuffer.add`` (its writer's per-env staging)."""
     n, T = td.batch_size
     storage = her.EpisodeStorage(CAPACITY, (3,), (2,), (2,), max_episode_steps=50, n_envs=n,
                                  info_shapes={"bonus": ()})
-    sampler = her.PrioritizedSampler(storage) if prioritized else her.UniformSampler(storage)
+    sampler = her.PrioritizedSampler() if prioritized else her.UniformSampler()
     buf = her.HerReplayBuffer(storage, tag_reward, sampler=sampler, **kw)
     a = {k: td.get(k).numpy() for k in td.keys(True, True)}
     for t in range(T):

@@ -43,6 +43,7 @@ import time
 import numpy as np
 
 import her
+from her.trees import SumTree
 
 N_TRANSITIONS = 1_000_000
 T = 50
@@ -318,7 +319,7 @@ def section_prioritized(storage: her.EpisodeStorage) -> None:
         for i in idx:
             loop_tree.update(i, float(rng.random()))
 
-    tree = her.SumTree(cap)  # a plain sum tree like the loop one (the sampler's also tracks the minimum)
+    tree = SumTree(cap)  # a plain sum tree like the loop one (the sampler's also tracks the minimum)
     tree.update(np.arange(cap), leaves)
 
     def batched_step():
