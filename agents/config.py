@@ -358,7 +358,7 @@ def check_replay(replay: ReplayConfig, gamma: float) -> None:
     pieces = (
         lambda: her.MixedGoals(r.n_sampled_goal, r.other_desired_fraction),
         lambda: her.make_returns(r.n_step, gamma),
-        lambda: her.PrioritizedSampler(her.EpisodeStorage(1, (0,), (0,)), r.alpha, r.beta0, eps=r.eps,
+        lambda: her.PrioritizedSampler(alpha=r.alpha, beta0=r.beta0, eps=r.eps,
                                        td_error_clip=r.td_error_clip, rank_based=r.rank_based),
     )
     for build in pieces:

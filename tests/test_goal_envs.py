@@ -272,10 +272,11 @@ def test_env_reusing_its_arrays_stores_real_last_states(vectorization):
     spec = goal_env_spec("TestReusedArrayGoal-v0")
     env = make_vector_env("TestReusedArrayGoal-v0", 2, vectorization, seed=0)
     storage = her.EpisodeStorage(200, (3,), (1,), (2,), max_episode_steps=3, n_envs=2)
+    writer = her.EpisodeWriter(storage)
     obs, _ = env.reset(seed=0)
     episodes = []
     for _ in range(10):
-        obs, step, stored = collect_step(env, obs, np.zeros((2, 1), np.float32), storage, spec.info_shapes)
+        obs, step, stored = collect_step(env, obs, np.zeros((2, 1), np.float32), writer, spec.info_shapes)
         episodes += stored
         if step.done.any():  # the real last state is (e, 3), the reset one (e + 1, 0)
             np.testing.assert_array_equal(step.real_next_obs["achieved_goal"][step.done, 1], 3)
@@ -296,12 +297,12 @@ def test_single_env_and_actor_staging_get_copies():
     # an actor of the actor-learner stages through collect_step and sends _episode copies
     spec = goal_env_spec("TestReusedArrayGoal-v0")
     venv = make_vector_env("TestReusedArrayGoal-v0", 1, seed=0)
-    staging = her.EpisodeStorage(24, (3,), (1,), (2,), max_episode_steps=3, n_envs=1)
+    staging = her.EpisodeWriter(her.EpisodeStorage(24, (3,), (1,), (2,), max_episode_steps=3, n_envs=1))
     obs, _ = venv.reset(seed=0)
     sent = []
     for _ in range(9):
         obs, step, stored = collect_step(venv, obs, np.zeros((1, 1), np.float32), staging, spec.info_shapes)
-        sent += [_episode(staging, s, T, False) for s, T in stored]
+        sent += [_episode(staging.storage, s, T, False) for s, T in stored]
     venv.close()
     assert len(sent) == 3
     for ep in sent:
@@ -404,8 +405,8 @@ def test_actor_learner_episodes_carry_vector_info():
                           {"env": {"n_envs": 1}})
     spec = goal_env_spec("TestBonusInfoGoal-v0")
     venv = make_vector_env("TestBonusInfoGoal-v0", 2, seed=0)
-    staging = her.EpisodeStorage(40, (2,), (2,), (2,), max_episode_steps=5, n_envs=2,
-                                 info_shapes=dict(spec.info_shapes))
+    staging = her.EpisodeWriter(her.EpisodeStorage(40, (2,), (2,), (2,), max_episode_steps=5, n_envs=2,
+                                                   info_shapes=dict(spec.info_shapes)))
     learner = build_replay(cfg, spec, total_updates=1)
     obs, _ = venv.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -413,7 +414,7 @@ def test_actor_learner_episodes_carry_vector_info():
         action = rng.uniform(-1, 1, (2, 2)).astype(np.float32)
         obs, _, stored = collect_step(venv, obs, action, staging, spec.info_shapes, spec.reward_range)
         for s, T in stored:  # the actor sends each episode, the learner adds it
-            ep = _episode(staging, s, T, False)
+            ep = _episode(staging.storage, s, T, False)
             learner.storage.add_episode(ep["observation"], ep["action"], ep["reward"],
                                         achieved_goal=ep["achieved_goal"], desired_goal=ep["desired_goal"],
                                         terminated=ep["terminated"], info=ep["info"])

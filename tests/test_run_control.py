@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from her_agents import run_control
+from her_agents.run import run_control
 from her_agents.config import load_config
 from her_agents.loop.train import train
 from her_agents.run.checkpoint import load_checkpoint

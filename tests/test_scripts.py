@@ -95,3 +95,18 @@ def test_bench_train_speed_gives_each_run_its_own_run_directory(monkeypatch):
         with pytest.raises(Opened):
             bench.run_ours(algo, 1000, 1000, 0)
     assert len(set(dirs)) == 3
+
+
+def test_exploration_schemes_give_bounded_actions_of_their_kind():
+    exploration = load_script("exploration_reach")
+    rng = np.random.default_rng(0)
+    draws = {s: np.array([exploration.Exploration(s, 4, rng)() for _ in range(2000)])
+             for s in exploration.Exploration.SCHEMES}
+    for a in draws.values():
+        assert a.shape == (2000, 4) and np.abs(a).max() <= 1.0
+    assert draws["recipe"].std() < draws["noise05"].std() < draws["sac"].std()
+    ou = exploration.Exploration("ou", 4, rng)
+    steps = np.array([ou() for _ in range(200)])
+    assert np.corrcoef(steps[:-1, 0], steps[1:, 0])[0, 1] > 0.5  # temporally correlated, unlike the others
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        exploration.Exploration("pink", 4, rng)

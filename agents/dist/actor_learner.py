@@ -53,20 +53,9 @@ from torch.distributed import rpc
 
 import her
 from ..algos.base import Agent
-from ..loop.collect import choose_action, collect_step, learn_step, normalize_from_episode
-from ..loop.train import (
-    EvalLog,
-    LoopHooks,
-    TrainingState,
-    TrainResult,
-    UpdateSchedule,
-    build_agent,
-    build_replay,
-    new_counters,
-    open_run_dir,
-    save_training_state,
-    seed_everything,
-)
+from ..loop import (EvalLog, LoopHooks, TrainingState, TrainResult, UpdateSchedule, build_agent, build_replay,
+                    choose_action, collect_step, learn_step, normalize_from_episode)
+from ..loop.train import new_counters, open_run_dir, save_training_state, seed_everything
 from ..run.logger import RunLogger
 from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
@@ -285,8 +274,8 @@ def _run_actor(cfg: DictConfig, rank: int, world: int) -> TrainResult:
     n_envs = cfg.env.n_envs
     agent, reward_guard = build_agent(cfg, spec, seed=seed, device="cpu")  # own exploration noise
     max_T = spec.max_episode_steps or 50
-    staging = her.EpisodeStorage(4 * max_T * n_envs, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
-                                 max_episode_steps=max_T, n_envs=n_envs, info_shapes=dict(spec.info_shapes))
+    staging = her.EpisodeWriter(her.EpisodeStorage(4 * max_T * n_envs, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
+                                 max_episode_steps=max_T, n_envs=n_envs, info_shapes=dict(spec.info_shapes)))
     env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=seed * 1000,
                           grasped_start=cfg.env.grasped_start)
     rng = np.random.default_rng(seed)
@@ -316,7 +305,7 @@ def _run_actor(cfg: DictConfig, rank: int, world: int) -> TrainResult:
                 for (start, T), ok in zip(stored, success):
                     sent += 1
                     futures.append(rpc.rpc_async(LEARNER, _rpc_add_episode,
-                                                 args=(rank, sent, _episode(staging, start, T, ok))))
+                                                 args=(rank, sent, _episode(staging.storage, start, T, ok))))
                 for f in [f for f in futures if f.done()]:
                     f.wait()  # raises if the learner refused the episode
                 futures = [f for f in futures if not f.done()]

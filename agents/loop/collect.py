@@ -24,7 +24,8 @@ def choose_action(agent: Agent, obs: dict[str, np.ndarray], spec: GoalEnvSpec, n
     return agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
 
 
-def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: np.ndarray, storage: her.EpisodeStorage,
+def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: np.ndarray,
+                 writer: her.EpisodeWriter | her.HerReplayBuffer,
                  info_shapes: Mapping[str, tuple[int, ...]], reward_range: tuple[float, float] | None = None,
                  env_id: str = "the env") -> tuple[dict[str, np.ndarray], VectorStep, list[tuple[int, int]]]:
     """Step a SAME_STEP-autoreset vector env and store the transition of every env.
@@ -36,13 +37,13 @@ def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: 
 
     Returns:
         the next observation to act on, the ``VectorStep`` (real next obs, success, done) and the
-        ``(start slot, T)`` of each episode the storage completed.
+        ``(start slot, T)`` of each episode the writer completed (in its storage).
     """
     next_obs, reward, terminated, truncated, infos = env.step(action)
     step = split_autoreset(next_obs, terminated, truncated, infos)
     check_rewards(reward, reward_range, env_id)
     info = step_info(infos, step.done, info_shapes)
-    stored = storage.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
+    stored = writer.add(obs, action, reward, step.real_next_obs, terminated, truncated, info)
     return next_obs, step, stored
 
 

@@ -134,7 +134,7 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
     sampler = None
     if r.prioritized:
         sampler = her.PrioritizedSampler(
-            storage, alpha=r.alpha, beta0=r.beta0, beta_annealing_steps=total_updates, eps=r.eps,
+            alpha=r.alpha, beta0=r.beta0, beta_annealing_steps=total_updates, eps=r.eps,
             td_error_clip=r.td_error_clip, rank_based=r.rank_based,
         )
     return her.HerReplayBuffer(
@@ -563,7 +563,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
 
     # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
     obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
-    replay.storage.discard_in_progress()
+    replay.discard_in_progress()
     status, crash, first_update = "crashed", None, True
     try:
         while counters["env_steps"] < t_cfg.total_env_steps:
@@ -571,7 +571,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
                 break
             # -- act, step, store (the real next state, never the autoreset one)
             action = choose_action(agent, obs, spec, n_envs, counters["env_steps"] < t_cfg.warmup_steps, rng)
-            obs, step, stored = collect_step(env, obs, action, replay.storage, spec.info_shapes, reward_guard, env_id)
+            obs, step, stored = collect_step(env, obs, action, replay, spec.info_shapes, reward_guard, env_id)
             counters["env_steps"] += n_envs
             if step.done.any():
                 train_successes += step.is_success[step.done].astype(float).tolist()
