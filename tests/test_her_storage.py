@@ -579,8 +579,12 @@ def test_state_pickled_before_the_writer_split_loads(tmp_path):
     assert buf.in_progress_lengths() == [0, 0]  # the staged steps are dropped, as a load drops them
     assert buf.prioritized and buf.sampler.n_samples == 1
     batch = buf.sample(32)  # same RNG, same priorities: the same batch as the old code
-    for name, want in fixture["expected"].items():
-        np.testing.assert_array_equal(getattr(batch, name), want, err_msg=name)
+    for name, want in fixture["expected"].items():  # float sums may round differently on another CPU's SIMD
+        got = getattr(batch, name)
+        if np.issubdtype(np.asarray(want).dtype, np.floating):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
     buf.update_priorities(batch.index, np.ones(32))
     env = TagEnvs(buf, [[(3, True)], [(2, False)]], run=TagRun(episodes={}, completed=[]))
     env.run.episodes.update({e: None for e in range(100)})  # fresh episode ids, clear of the stored ones
