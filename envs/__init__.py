@@ -2,30 +2,31 @@
 
 Importing this package pulls in gymnasium and numpy only; gymnasium_robotics and MuJoCo load when an env
 that needs them is built.
+
+Modules by concern: ``spec`` (:class:`GoalEnvSpec`, validation and probing of an env), ``make`` (envs built by
+id), ``wrappers`` (actions in ``[-1, 1]``, copied observations, episode-start wrappers) and ``vector`` (vector
+envs, SAME_STEP autoreset, the sub-envs' RNG states). ``goal_env`` only re-exports them, for old imports.
 """
 
-from .goal_env import (
-    FETCH_TASKS,
-    CopyObservation,
-    EpisodeStartRNG,
-    GoalEnvSpec,
-    GraspedStart,
-    NormalizeAction,
-    ThresholdReward,
-    ThresholdSuccess,
+from . import goal_env as goal_env  # the old module path, still an attribute after `import her_envs`
+from .make import FETCH_TASKS, goal_env_spec, make_env
+from .spec import GoalEnvSpec, ThresholdReward, ThresholdSuccess, check_rewards, spec_from_env
+from .vector import (
     VectorStep,
-    check_rewards,
-    from_env_action,
     generator_from_state,
-    goal_env_spec,
-    make_env,
     make_vector_env,
     set_vector_rng_states,
-    spec_from_env,
     split_autoreset,
     step_info,
-    to_env_action,
     vector_rng_states,
+)
+from .wrappers import (
+    CopyObservation,
+    EpisodeStartRNG,
+    GraspedStart,
+    NormalizeAction,
+    from_env_action,
+    to_env_action,
     wrap_goal_env,
 )
 

@@ -463,3 +463,27 @@ def test_vector_env_with_grasped_start_starts_some_episodes_held():
     obs, _ = venv.reset(seed=0)
     assert np.all(np.linalg.norm(obs["achieved_goal"] - obs["observation"][:, :3], axis=1) < 0.02)
     venv.close()
+
+
+def test_modules_by_concern_and_the_old_goal_env_path(monkeypatch):
+    """envs/ is split by concern (spec, make, wrappers, vector); her_envs.goal_env re-exports the same objects, so
+    old imports and objects pickled under that path keep working."""
+    import importlib
+    import pickle
+
+    import her_envs
+    from her_envs import goal_env
+
+    for name in ("spec", "make", "wrappers", "vector", "goal_env"):
+        module = importlib.import_module(f"her_envs.{name}")
+        assert module.__doc__ and hasattr(module, "__all__"), name
+        assert all(hasattr(module, n) for n in module.__all__), name
+    assert set(her_envs.__all__) <= set(goal_env.__all__)
+    assert all(getattr(goal_env, n) is getattr(her_envs, n) for n in her_envs.__all__)
+    assert her_envs.goal_env is goal_env
+
+    monkeypatch.setattr(ThresholdReward, "__module__", "her_envs.goal_env")  # as pickled before the split
+    old = pickle.dumps(ThresholdReward(0.05, sparse=False))
+    monkeypatch.undo()
+    assert b"her_envs.goal_env" in old
+    assert pickle.loads(old) == ThresholdReward(0.05, sparse=False)
