@@ -99,6 +99,22 @@ def test_wandb_online_init_that_cannot_connect_falls_back_to_offline(tmp_path, c
         assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200, 300]
 
 
+def test_a_stale_inherited_wandb_service_token_does_not_hold_up_the_run(tmp_path):
+    """A parent Python process that used W&B leaves ``WANDB_SERVICE`` (its service's socket) in the environment of
+    its children; once that service is gone, her-train starts its own instead of retrying until the deadline."""
+    run_dir = tmp_path / "run"
+    env = _env(WANDB_MODE="offline", WANDB_SERVICE=f"3-{os.getpid()}-unix-{tmp_path / 'gone' / 'socket'}")
+    t0 = time.monotonic()
+    proc = _cli(["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100", f"log.run_dir={run_dir}",
+                 "log.wandb.init_timeout_s=600", *TINY], env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "W&B:" not in out, out[-3000:]  # no fallback line: the run logged to W&B offline
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
+    assert time.monotonic() - t0 < 300, "the run waited for the inherited service"
+
+
 def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):
     for k in [k for k in os.environ if k.startswith("WANDB_")]:
         monkeypatch.delenv(k)

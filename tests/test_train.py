@@ -25,7 +25,7 @@ from wandb_reader import history_rows
 REACH_BUDGET = 3000  # env steps; FetchReach reaches 0.9 after ~1000-2000 here
 
 
-def _cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def _cli(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
     return subprocess.run([sys.executable, "-m", "her_agents.cli", *args], capture_output=True, text=True, check=False,
                           env=full_env, timeout=timeout)

@@ -139,6 +139,12 @@ class RunLogger:
             try:
                 return wandb.init(mode=self.mode, settings=settings(limit), **kwargs)
             except Exception as exc:
+                if os.environ.pop("WANDB_SERVICE", None) is not None:
+                    # A W&B service token inherited from a parent process (a test runner, a notebook) whose
+                    # service is gone: every init would fail until the deadline. Start this process's own.
+                    with contextlib.suppress(Exception):
+                        wandb.teardown()
+                    continue
                 if time.monotonic() >= deadline:
                     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                     tqdm.write(f"W&B: cannot start the run ({type(exc).__name__}: {reason}); training goes on "
