@@ -1,8 +1,9 @@
 """The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
 
-One function, ``train(cfg)``, reads top to bottom: set-up, then per env step: act -> step -> store -> update;
-every ``train.eval_every`` env steps: evaluate, log (stdout, metrics.csv, W&B) and checkpoint atomically. It
-runs in one process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
+``train(cfg)`` is :func:`start_run` (set-up, resume) and then a loop of named steps: per env step
+:func:`collect` (act -> step -> store) and :func:`learn` (the due updates); every ``train.eval_every`` env steps
+:func:`evaluate_and_checkpoint` (log to stdout, metrics.csv, W&B; checkpoint atomically). It runs in one
+process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
 
 The loop's pieces are public, and the Ape-X learner (``her_agents.dist.actor_learner``) is built from them:
 :func:`build_agent` / :func:`build_replay`, :func:`open_run_dir`, :class:`UpdateSchedule` (how many updates
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 import her
 from ..algos.base import Agent, q_clip_for_env
 from ..algos.registry import make_agent
-from ..config import check_device
+from ..config import TrainConfig, check_device
 from ..run.checkpoint import (
     REPLAY_FILE,
     check_world_size,
@@ -59,6 +60,7 @@ from her_envs import (
 __all__ = [
     "EvalLog",
     "LoopHooks",
+    "Run",
     "TrainResult",
     "TrainingState",
     "UpdateSchedule",
@@ -69,6 +71,7 @@ __all__ = [
     "open_run_dir",
     "save_training_state",
     "seed_everything",
+    "start_run",
     "train",
 ]
 
@@ -460,21 +463,6 @@ def save_training_state(run_dir: Path, cfg: DictConfig, state: TrainingState, ho
 # ---------------------------------------------------------------------------------------------------------
 
 
-
-def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]],
-                     compile_note: bool) -> None:
-    """:func:`learn_step` for a process's first update: with ``compile_note`` (``agent.compile``), one line first
-    says that the loss functions are being compiled (the update seems to hang for that long otherwise); the
-    warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
-    if compile_note:
-        tqdm.write("agent.compile: compiling the update's loss functions (the first update takes 15-40 s on an idle "
-                   "core, minutes on a busy one)")
-    with warnings.catch_warnings(record=True) as caught:  # the filters stay: only what would be shown is written
-        learn_step(agent, replay, batch_size, metrics)
-    for w in caught:
-        tqdm.write(f"{w.category.__name__}: {w.message}")
-
-
 def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
           hooks: LoopHooks | None = None) -> TrainResult:
     """Train ``cfg.algo`` with HER on ``cfg.env.id`` in this process.
@@ -503,116 +491,23 @@ def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
 
 def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
            cleanup: contextlib.ExitStack) -> TrainResult:
-    t_cfg = OmegaConf.to_object(cfg.train)  # a plain TrainConfig: read in the loop, where DictConfig access is slow
-    torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
-    seed_everything(t_cfg.seed)
-    spec = goal_env_spec(cfg.env.id)
-    n_envs, env_id = int(cfg.env.n_envs), cfg.env.id
-    checkpoint, save_replay, video_every = bool(cfg.log.checkpoint), bool(cfg.log.save_replay), cfg.log.video_every
-    total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
-
-    # Everything that can refuse the config comes before the run directory, W&B and the envs.
-    agent, reward_guard = build_agent(cfg, spec)
-    agent = hooks.wrap_agent(agent)
-    replay = build_replay(cfg, spec, total_updates)
-    saved = None
-    if resume:  # read before the run directory is touched: a checkpoint this run cannot resume changes nothing
-        saved = load_checkpoint(Path(resume) / "checkpoint.pt")
-        check_world_size(saved, hooks.world_size, resume)
-    lock, refusal = None, None
-    if hooks.is_main:
-        try:
-            lock = open_run_dir(cfg, t_cfg.seed, resume, overwrite)
-            cleanup.callback(lock.release)
-        except (ValueError, OSError) as exc:
-            refusal = exc
-    run_dir, refusal = hooks.share((lock.run_dir if lock else None, refusal))
-    if refusal is not None:
-        raise refusal
-    env = make_vector_env(env_id, n_envs, cfg.env.vectorization, seed=t_cfg.seed, grasped_start=cfg.env.grasped_start)
-    cleanup.callback(env.close)
-    eval_env = make_vector_env(env_id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
-    cleanup.callback(eval_env.close)
-    rng = np.random.default_rng(t_cfg.seed)
-    counters = new_counters()
-    schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
-    evals = EvalLog(counters)
-    state = TrainingState(agent, replay, eval_env, counters, schedule, evals, rng, env)
-
-    wandb_id, envs_restored = None, False
-    if saved is not None:
-        own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
-        envs_restored = state.restore(saved, own, replay_arrays, hooks)
-        wandb_id = saved.get("wandb_id")
-    # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
-    logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
-              if hooks.is_main else NullLogger())
-    progress = logger.progress(t_cfg.total_env_steps, initial=counters["env_steps"])
-    evals.start()
-    train_successes, metrics_acc = evals.train_successes, evals.metrics
-    next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
-
-    def save() -> None:
-        state.extra["wandb_id"] = logger.run_id or wandb_id
-        try:
-            save_training_state(run_dir, cfg, state, hooks, save_replay)
-        except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
-            logger.checkpoint_failed()
-            raise
-        logger.checkpointed()  # W&B gets a row once a resume would not redo it
-
-    # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
-    obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
-    replay.discard_in_progress()
-    status, crash, first_update = "crashed", None, True
+    """:func:`start_run`, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
+    the run (``status``) whichever way the loop ends."""
+    run = start_run(cfg, resume, overwrite, hooks, cleanup)
+    status, crash = "crashed", None
     try:
-        while counters["env_steps"] < t_cfg.total_env_steps:
-            if hooks.should_stop(stop.signum is not None, counters["env_steps"]):
+        while run.env_steps < run.t_cfg.total_env_steps:
+            if hooks.should_stop(stop.signum is not None, run.env_steps):
                 break
-            # -- act, step, store (the real next state, never the autoreset one)
-            action = choose_action(agent, obs, spec, n_envs, counters["env_steps"] < t_cfg.warmup_steps, rng)
-            obs, step, stored = collect_step(env, obs, action, replay, spec.info_shapes, reward_guard, env_id)
-            counters["env_steps"] += n_envs
-            if step.done.any():
-                train_successes += step.is_success[step.done].astype(float).tolist()
-                counters["episodes"] += int(step.done.sum())
-            for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
-                normalize_from_episode(agent, replay, start, T, t_cfg.normalizer_relabeled)
-
-            # -- update
-            schedule.collect(n_envs, counters["env_steps"], len(replay) > 0)
-            if counters["env_steps"] % t_cfg.update_every < n_envs:
-                hooks.before_updates(schedule)
-                n_updates = schedule.take()
-                for _ in range(n_updates):
-                    if first_update:
-                        first_update = False
-                        compiling = bool(cfg.agent.get("compile", False))
-                        stop.busy = "the first update's compile (15-40 s on an idle core)" if compiling else None
-                        first_learn_step(agent, replay, t_cfg.batch_size, metrics_acc, compiling and hooks.is_main)
-                        stop.busy = None
-                    else:
-                        learn_step(agent, replay, t_cfg.batch_size, metrics_acc)
-                counters["updates"] += n_updates
-            progress.update(n_envs)
-
-            # -- evaluate, log, checkpoint
-            if counters["env_steps"] >= next_eval or counters["env_steps"] >= t_cfg.total_env_steps:
-                next_eval += t_cfg.eval_every
-                row = evals.log(agent, eval_env, t_cfg.eval_episodes, logger, hooks)
-                if video_every and counters["evals"] % video_every == 0:
-                    logger.log_video(agent, env_id, step=counters["env_steps"])
-                progress.set_postfix(eval_success=f"{row['eval/success_rate']:.2f}")
-                evals.start_window()
-                if checkpoint:
-                    save()
-        if counters["env_steps"] < t_cfg.total_env_steps:  # stopped by SIGINT / SIGTERM: save the current state
-            evals.wall_time()
-            if checkpoint:
-                save()
-            status = stop.status
-            raise TrainingStopped(stop.signum or 2, run_dir, counters["env_steps"],
-                                  run_dir / "checkpoint.pt" if checkpoint else None)
+            collect(run)
+            learn(run, stop)
+            run.progress.update(run.n_envs)
+            if eval_due(run):
+                evaluate_and_checkpoint(run)
+        if run.env_steps < run.t_cfg.total_env_steps:  # stopped by SIGINT / SIGTERM
+            stopped = checkpoint_on_stop(run, stop)
+            status = stop.status  # only once the checkpoint is written: a failed one is a crash
+            raise stopped
         status = "finished"
     except KeyboardInterrupt:  # a second signal: stop now
         status = "interrupted"
@@ -621,7 +516,205 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
         crash = exc
         raise
     finally:
-        progress.close()
-        logger.finish(status, crash if status == "crashed" else None)
-    return TrainResult(run_dir, counters["env_steps"], evals.last_eval.get("success_rate", float("nan")),
-                       evals.history)
+        run.progress.close()
+        run.logger.finish(status, crash if status == "crashed" else None)
+    return TrainResult(run.run_dir, run.env_steps, run.state.evals.last_eval.get("success_rate", float("nan")),
+                       run.state.evals.history)
+
+
+@dataclass
+class Run:
+    """A started run (:func:`start_run`): its training state and what the loop's steps read and advance."""
+
+    cfg: DictConfig
+    t_cfg: TrainConfig
+    """``cfg.train`` as a plain object: read every env step, where DictConfig access is slow."""
+    hooks: LoopHooks
+    spec: GoalEnvSpec
+    state: TrainingState
+    run_dir: Path
+    logger: RunLogger | NullLogger
+    progress: Any
+    obs: dict[str, np.ndarray]
+    """The observation to act on next."""
+    reward_guard: tuple[float, float] | None
+    wandb_id: str | None
+    """The W&B run id of the checkpoint resumed (None: a new run)."""
+    next_eval: int
+    """Env steps at which the next evaluation is due."""
+    env_id: str
+    n_envs: int
+    first_update: bool = True
+
+    @property
+    def env_steps(self) -> int:
+        return self.state.counters["env_steps"]
+
+
+def start_run(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHooks,
+              cleanup: contextlib.ExitStack) -> Run:
+    """Everything before the first env step: what can refuse the config comes before the run directory, W&B
+    and the envs; a resume restores its checkpoint. Closers (run directory lock, envs) go on ``cleanup``."""
+    t_cfg = OmegaConf.to_object(cfg.train)
+    torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
+    seed_everything(t_cfg.seed)
+    spec = goal_env_spec(cfg.env.id)
+    agent, reward_guard = build_agent(cfg, spec)
+    agent = hooks.wrap_agent(agent)
+    replay = build_replay(cfg, spec, int(t_cfg.total_env_steps * t_cfg.updates_per_step))
+    saved = None
+    if resume:  # read before the run directory is touched: a checkpoint this run cannot resume changes nothing
+        saved = load_checkpoint(Path(resume) / "checkpoint.pt")
+        check_world_size(saved, hooks.world_size, resume)
+    run_dir = _claim_run_dir(cfg, t_cfg.seed, resume, overwrite, hooks, cleanup)
+    env, eval_env = _open_envs(cfg, t_cfg.seed, cleanup)
+    rng = np.random.default_rng(t_cfg.seed)
+    counters = new_counters()
+    schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
+    state = TrainingState(agent, replay, eval_env, counters, schedule, EvalLog(counters), rng, env)
+    wandb_id, envs_restored = _restore(state, saved, run_dir, hooks)
+    # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
+    logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
+              if hooks.is_main else NullLogger())
+    progress = logger.progress(t_cfg.total_env_steps, initial=counters["env_steps"])
+    state.evals.start()
+    next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
+    # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
+    obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
+    replay.discard_in_progress()
+    return Run(cfg, t_cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
+               cfg.env.id, int(cfg.env.n_envs))
+
+
+def _claim_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bool, hooks: LoopHooks,
+                   cleanup: contextlib.ExitStack) -> Path:
+    """The run directory, locked by the main process; a refusal there is raised on every process."""
+    lock, refusal = None, None
+    if hooks.is_main:
+        try:
+            lock = open_run_dir(cfg, seed, resume, overwrite)
+            cleanup.callback(lock.release)
+        except (ValueError, OSError) as exc:
+            refusal = exc
+    run_dir, refusal = hooks.share((lock.run_dir if lock else None, refusal))
+    if refusal is not None:
+        raise refusal
+    return run_dir
+
+
+def _open_envs(cfg: DictConfig, seed: int,
+               cleanup: contextlib.ExitStack) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
+    """The training and the evaluation vector envs (seeds ``seed`` and ``seed + 10_000``)."""
+    env = make_vector_env(cfg.env.id, int(cfg.env.n_envs), cfg.env.vectorization, seed=seed,
+                          grasped_start=cfg.env.grasped_start)
+    cleanup.callback(env.close)
+    eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=seed + 10_000)
+    cleanup.callback(eval_env.close)
+    return env, eval_env
+
+
+def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
+             hooks: LoopHooks) -> tuple[str | None, bool]:
+    """Load ``saved`` (a checkpoint, or None for a new run) into ``state``. Returns its W&B run id and whether
+    the training envs' RNGs were restored (:meth:`TrainingState.restore`)."""
+    if saved is None:
+        return None, False
+    own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
+    envs_restored = state.restore(saved, own, replay_arrays, hooks)
+    return saved.get("wandb_id"), envs_restored
+
+
+def collect(run: Run) -> None:
+    """One env step of every training env: act, step, store the real next state (never the autoreset one),
+    count finished episodes and their successes, and feed the normalizers the episodes completed."""
+    s, t_cfg = run.state, run.t_cfg
+    warmup = s.counters["env_steps"] < t_cfg.warmup_steps
+    action = choose_action(s.agent, run.obs, run.spec, run.n_envs, warmup, s.rng)
+    run.obs, step, stored = collect_step(s.env, run.obs, action, s.replay, run.spec.info_shapes, run.reward_guard,
+                                         run.env_id)
+    s.counters["env_steps"] += run.n_envs
+    if step.done.any():
+        s.evals.train_successes.extend(step.is_success[step.done].astype(float).tolist())  # in place: EvalLog's
+        s.counters["episodes"] += int(step.done.sum())
+    for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
+        normalize_from_episode(s.agent, s.replay, start, T, t_cfg.normalizer_relabeled)
+
+
+def learn(run: Run, stop: GracefulStop) -> None:
+    """Earn the updates of the env step just collected; do the due ones every ``train.update_every`` env steps."""
+    s = run.state
+    s.schedule.collect(run.n_envs, s.counters["env_steps"], len(s.replay) > 0)
+    if s.counters["env_steps"] % run.t_cfg.update_every >= run.n_envs:
+        return
+    run.hooks.before_updates(s.schedule)
+    n_updates = s.schedule.take()
+    for _ in range(n_updates):
+        if run.first_update:
+            _first_update(run, stop)
+        else:
+            learn_step(s.agent, s.replay, run.t_cfg.batch_size, s.evals.metrics)
+    s.counters["updates"] += n_updates
+
+
+def _first_update(run: Run, stop: GracefulStop) -> None:
+    """The process's first update: with ``agent.compile`` it compiles, so a signal then waits for it
+    (``stop.busy``) and the main process says so first (:func:`first_learn_step`)."""
+    run.first_update = False
+    compiling = bool(run.cfg.agent.get("compile", False))
+    stop.busy = "the first update's compile (15-40 s on an idle core)" if compiling else None
+    first_learn_step(run.state.agent, run.state.replay, run.t_cfg.batch_size, run.state.evals.metrics,
+                     compiling and run.hooks.is_main)
+    stop.busy = None
+
+
+def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]],
+                     compile_note: bool) -> None:
+    """:func:`learn_step` for a process's first update: with ``compile_note`` (``agent.compile``), one line first
+    says that the loss functions are being compiled (the update seems to hang for that long otherwise); the
+    warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
+    if compile_note:
+        tqdm.write("agent.compile: compiling the update's loss functions (the first update takes 15-40 s on an idle "
+                   "core, minutes on a busy one)")
+    with warnings.catch_warnings(record=True) as caught:  # the filters stay: only what would be shown is written
+        learn_step(agent, replay, batch_size, metrics)
+    for w in caught:
+        tqdm.write(f"{w.category.__name__}: {w.message}")
+
+
+def eval_due(run: Run) -> bool:
+    """Every ``train.eval_every`` env steps, and at the end of training."""
+    return run.env_steps >= run.next_eval or run.env_steps >= run.t_cfg.total_env_steps
+
+
+def evaluate_and_checkpoint(run: Run) -> None:
+    """Evaluate and log a row, record a video every ``log.video_every`` evaluations, and checkpoint."""
+    s = run.state
+    run.next_eval += run.t_cfg.eval_every
+    row = s.evals.log(s.agent, s.eval_env, run.t_cfg.eval_episodes, run.logger, run.hooks)
+    if run.cfg.log.video_every and s.counters["evals"] % run.cfg.log.video_every == 0:
+        run.logger.log_video(s.agent, run.env_id, step=s.counters["env_steps"])
+    run.progress.set_postfix(eval_success=f"{row['eval/success_rate']:.2f}")
+    s.evals.start_window()  # evaluating is not counted in env steps/s
+    if run.cfg.log.checkpoint:
+        write_checkpoint(run)
+
+
+def checkpoint_on_stop(run: Run, stop: GracefulStop) -> TrainingStopped:
+    """After a SIGINT / SIGTERM: checkpoint the current state; returns the :class:`TrainingStopped` to raise."""
+    run.state.evals.wall_time()
+    if run.cfg.log.checkpoint:
+        write_checkpoint(run)
+    return TrainingStopped(stop.signum or 2, run.run_dir, run.env_steps,
+                           run.run_dir / "checkpoint.pt" if run.cfg.log.checkpoint else None)
+
+
+def write_checkpoint(run: Run) -> None:
+    """Checkpoint the run (:func:`save_training_state`) and tell the logger, which keeps metrics.csv and W&B in
+    step with what a resume would redo."""
+    run.state.extra["wandb_id"] = run.logger.run_id or run.wandb_id
+    try:
+        save_training_state(run.run_dir, run.cfg, run.state, run.hooks, bool(run.cfg.log.save_replay))
+    except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
+        run.logger.checkpoint_failed()
+        raise
+    run.logger.checkpointed()  # W&B gets a row once a resume would not redo it
