@@ -112,13 +112,35 @@ class RunLogger:
             resume="allow" if resume_id else None,
         )
 
+        inherited = os.environ.get("WANDB_SERVICE")
+
+        def drop_inherited_service() -> bool:
+            """Forget a W&B service token inherited from a parent process (a test runner, a notebook), once:
+            when that service is gone every init fails until the deadline; this process then starts its own."""
+            nonlocal inherited
+            if inherited is None or os.environ.get("WANDB_SERVICE") != inherited:
+                return False
+            inherited = None
+            os.environ.pop("WANDB_SERVICE")
+            with contextlib.suppress(Exception):
+                wandb.teardown()
+            return True
+
         def settings(init_timeout: float) -> Any:
             return wandb.Settings(init_timeout=init_timeout, finish_timeout=float(w.finish_timeout_s),
                                   silent=True, console="off")
 
         if self.mode == "online":
-            try:
+            def init_online() -> Any:
                 return wandb.init(mode="online", settings=settings(float(w.init_timeout_s)), **kwargs)
+
+            try:
+                try:
+                    return init_online()
+                except Exception:
+                    if not drop_inherited_service():
+                        raise
+                return init_online()  # with this process's own service
             except Exception as exc:  # wandb.errors.Error and anything else: W&B must never stop training
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 tqdm.write(f"W&B: cannot log online ({type(exc).__name__}: {reason}); logging offline to "
@@ -139,11 +161,7 @@ class RunLogger:
             try:
                 return wandb.init(mode=self.mode, settings=settings(limit), **kwargs)
             except Exception as exc:
-                if os.environ.pop("WANDB_SERVICE", None) is not None:
-                    # A W&B service token inherited from a parent process (a test runner, a notebook) whose
-                    # service is gone: every init would fail until the deadline. Start this process's own.
-                    with contextlib.suppress(Exception):
-                        wandb.teardown()
+                if drop_inherited_service():
                     continue
                 if time.monotonic() >= deadline:
                     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
