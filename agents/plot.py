@@ -314,11 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    # --label may appear several times between run directories: split the raw argv ourselves. Run directories
-    # before a --label form its group; run directories after the last --label form one more group.
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _split_labels(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Split the raw argv into labelled groups of run directories and the options argparse reads.
+
+    ``--label`` may appear several times between run directories: the directories before a ``--label`` form its
+    group; those after the last ``--label`` form one more group (named after the directory when there is one)."""
     groups: dict[str, list[str]] = {}
     pending: list[str] = []
     rest: list[str] = []
@@ -344,13 +344,16 @@ def main(argv: list[str] | None = None) -> int:
             while i < len(argv) and _is_number(argv[i]):
                 rest.append(argv[i])
                 i += 1
-        elif a.startswith("-"):
-            rest.append(a)
-            i += 1
         else:
-            pending.append(a)
+            (rest if a.startswith("-") else pending).append(a)
             i += 1
-    args = parser.parse_args(rest)
+    if pending:
+        groups.setdefault(Path(pending[0]).name if len(pending) == 1 else "runs", []).extend(pending)
+    return groups, rest
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse option values that would print an empty column or write no image; set the default levels."""
     if args.levels is not None and args.table is None:
         parser.error("--levels goes with --table (the plot has no levels)")
     rate = args.metric.endswith("success_rate")
@@ -374,8 +377,13 @@ def main(argv: list[str] | None = None) -> int:
         if suffix not in kinds:
             parser.error(f"--out {args.out}: expected a file name ending in an image format "
                          f"({', '.join(sorted(kinds))}), got {'.' + suffix if suffix else 'no suffix'}")
-    if pending:
-        groups.setdefault(Path(pending[0]).name if len(pending) == 1 else "runs", []).extend(pending)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    groups, rest = _split_labels(parser, list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(rest)
+    _check_args(parser, args)
     if not groups:
         parser.error("no run directories given (her-plot --help shows the usage)")
     try:
@@ -394,7 +402,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"wrote {out}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -50,6 +50,32 @@ OFFLINE_INIT_TIMEOUT_S = 120.0  # the least an offline wandb.init may take (seco
 EXIT_CODES = {"finished": 0, "crashed": 1, "interrupted": 130, "terminated": 143}
 
 
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception, for a one-line warning."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+
+
+class _InheritedService:
+    """The W&B service token (``WANDB_SERVICE``) this process inherited from a parent process (a test runner, a
+    notebook that used W&B). While that service is gone every ``wandb.init`` fails until its deadline;
+    :meth:`drop` forgets the token once, so that the next init starts this process's own service."""
+
+    def __init__(self) -> None:
+        self.token = os.environ.get("WANDB_SERVICE")
+
+    def drop(self) -> bool:
+        """Forget the inherited token if it is still in the environment; whether it was (True at most once)."""
+        if self.token is None or os.environ.get("WANDB_SERVICE") != self.token:
+            return False
+        self.token = None
+        os.environ.pop("WANDB_SERVICE")
+        import wandb
+
+        with contextlib.suppress(Exception):
+            wandb.teardown()  # a connection to the gone service
+        return True
+
+
 class RunLogger:
     """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.).
 
@@ -111,39 +137,23 @@ class RunLogger:
             dir=str(self.run_dir), config=OmegaConf.to_container(self.cfg, resolve=True), id=resume_id,
             resume="allow" if resume_id else None,
         )
+        inherited = _InheritedService()
 
-        inherited = os.environ.get("WANDB_SERVICE")
-
-        def drop_inherited_service() -> bool:
-            """Forget a W&B service token inherited from a parent process (a test runner, a notebook), once:
-            when that service is gone every init fails until the deadline; this process then starts its own."""
-            nonlocal inherited
-            if inherited is None or os.environ.get("WANDB_SERVICE") != inherited:
-                return False
-            inherited = None
-            os.environ.pop("WANDB_SERVICE")
-            with contextlib.suppress(Exception):
-                wandb.teardown()
-            return True
-
-        def settings(init_timeout: float) -> Any:
-            return wandb.Settings(init_timeout=init_timeout, finish_timeout=float(w.finish_timeout_s),
-                                  silent=True, console="off")
+        def init(mode: str, timeout: float) -> Any:
+            settings = wandb.Settings(init_timeout=timeout, finish_timeout=float(w.finish_timeout_s), silent=True,
+                                      console="off")
+            return wandb.init(mode=mode, settings=settings, **kwargs)
 
         if self.mode == "online":
-            def init_online() -> Any:
-                return wandb.init(mode="online", settings=settings(float(w.init_timeout_s)), **kwargs)
-
             try:
                 try:
-                    return init_online()
+                    return init("online", float(w.init_timeout_s))
                 except Exception:
-                    if not drop_inherited_service():
+                    if not inherited.drop():
                         raise
-                return init_online()  # with this process's own service
+                return init("online", float(w.init_timeout_s))  # with this process's own service
             except Exception as exc:  # wandb.errors.Error and anything else: W&B must never stop training
-                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                tqdm.write(f"W&B: cannot log online ({type(exc).__name__}: {reason}); logging offline to "
+                tqdm.write(f"W&B: cannot log online ({_first_line(exc)}); logging offline to "
                            f"{self.run_dir / 'wandb'} instead (upload later with `wandb sync "
                            f"{self.run_dir / 'wandb'}/offline-run-*`)")
                 self.mode = "offline"
@@ -159,14 +169,13 @@ class RunLogger:
         deadline = time.monotonic() + limit
         while True:
             try:
-                return wandb.init(mode=self.mode, settings=settings(limit), **kwargs)
+                return init(self.mode, limit)
             except Exception as exc:
-                if drop_inherited_service():
+                if inherited.drop():
                     continue
                 if time.monotonic() >= deadline:
-                    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                    tqdm.write(f"W&B: cannot start the run ({type(exc).__name__}: {reason}); training goes on "
-                               "without W&B (metrics.csv has every row; a --resume logs the rows W&B lacks)")
+                    tqdm.write(f"W&B: cannot start the run ({_first_line(exc)}); training goes on without W&B "
+                               "(metrics.csv has every row; a --resume logs the rows W&B lacks)")
                     self.mode = "disabled"
                     return None
                 time.sleep(1.0)
