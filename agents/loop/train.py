@@ -101,9 +101,9 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     """The agent of ``cfg`` (``algo``, ``agent.*``) for the env of ``spec``, and the reward range its rewards
     must keep to (``collect_step``'s ``reward_range``).
 
-    ``agent.q_clip`` unset: derived from the env's reward range, which the rewards must then keep to; set: it
-    must contain the env's rewards, and no range is returned. ``seed``: the exploration noise's seed (default
-    ``agent.seed``, else ``train.seed``); ``device``: default ``train.device``.
+    ``agent.q_clip`` unset (in ``cfg.agent_unset``): derived from the env's reward range, which the rewards must
+    then keep to; set: it must contain the env's rewards, and no range is returned. ``seed``: the exploration
+    noise's seed (default ``train.seed``); ``device``: default ``train.device``.
 
     Raises:
         ValueError: an option the agent refuses, a ``q_clip`` that excludes the env's rewards, a device the
