@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 from .tools import OneLineErrorParser, print_to_pipe
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
+    from .config import Config
     from .loop.train import TrainResult
 
 __all__ = ["eval_main", "eval_parser", "run_training", "train_main", "train_parser"]
@@ -21,7 +20,7 @@ __all__ = ["eval_main", "eval_parser", "run_training", "train_main", "train_pars
 DEFAULT_CONFIG = "fetch_push_sac"
 
 
-def run_training(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
     process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.dist`."""
@@ -76,9 +75,7 @@ def train_main(argv: list[str] | None = None) -> int:
         args.overrides.insert(0, args.config)
         args.config = None
 
-    from omegaconf import OmegaConf
-
-    from .config import load_config, resume_config
+    from .config import config_yaml, load_config, resume_config
 
     try:
         if args.resume:
@@ -105,7 +102,7 @@ def train_main(argv: list[str] | None = None) -> int:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
-        return print_to_pipe(OmegaConf.to_yaml(cfg))
+        return print_to_pipe(config_yaml(cfg))
 
     from .run.run_control import TrainingStopped
     from .run.video import check_gl_backend

@@ -12,12 +12,15 @@ Who checks what, once:
   by ``algo`` after all layers are merged (:func:`agent_section`), so an ``algo=`` override re-types the section.
 
 :func:`load_config` and :func:`resume_config` build the merged values into :class:`Config` (which runs those
-checks) and return it as a DictConfig, the ``agent`` section filled with the algorithm's defaults.
+checks) and return it, typed: every section a dataclass, ``agent`` the algorithm's config dataclass. OmegaConf
+is used only to parse and merge the YAML layers and overrides, and to write the resolved config out
+(:func:`config_dict` for checkpoints and W&B, :func:`config_yaml` for ``--print-config`` and ``config.yaml``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.resources
 import io
 import re
@@ -25,12 +28,13 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from .algos.base import AgentConfig
 from .fields import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
@@ -38,6 +42,7 @@ from .fields import (
     UNIT_INTERVAL,
     check_ranges,
     check_types,
+    convert,
     describe_type,
     require,
 )
@@ -45,11 +50,9 @@ from .fields import (
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-    from .algos.base import AgentConfig
-
 __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig", "LogConfig",
            "ReplayConfig", "TrainConfig", "WandbConfig", "agent_config", "agent_section", "check_device", "check_replay",
-           "config_dir", "load_config", "resolve_config_path", "resume_config"]
+           "config_dict", "config_dir", "config_yaml", "load_config", "resolve_config_path", "resume_config"]
 
 Vectorization = Literal["sync", "async"]
 Strategy = Literal["future", "final", "episode", "mixed"]
@@ -254,28 +257,39 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: str = "ddpg"
     """ddpg | td3 | sac | tqc (the registered algorithms, :data:`her_agents.algos.registry.AGENTS`; case-insensitive)."""
-    agent: dict[str, Any] = field(default_factory=dict)
+    # a mapping until __post_init__ types it: the empty one is the algorithm's defaults
+    agent: AgentConfig = field(default_factory=lambda: cast(AgentConfig, {}))
     """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``,
     ``TQCConfig``): given keys are checked and converted, missing ones get the dataclass's defaults, except
     :data:`LOOP_OWNED` (refused) and ``q_clip``, which stays absent unless set (the loop then derives it from the env's reward
     range and ``train.gamma``)."""
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    agent_unset: frozenset[str] = field(default=frozenset(), repr=False, metadata={"key": False})
+    """Not a key: the :data:`DERIVED_WHEN_UNSET` fields of ``agent`` that no layer set, which the loop derives
+    (their value in ``agent`` is the dataclass default meanwhile) and which :func:`config_dict` leaves out.
+    Computed when ``agent`` is given as a mapping (as :func:`load_config` does); kept as given with a typed
+    ``agent``."""
 
     def __post_init__(self) -> None:
-        """Types the ``agent`` section for ``algo`` (:func:`agent_section`), runs ``her``'s checks of the replay
-        values (:func:`check_replay`) and the checks across sections.
+        """Types the ``agent`` section for ``algo`` when it is a mapping (:func:`agent_section`), runs ``her``'s
+        checks of the replay values (:func:`check_replay`) and the checks across sections.
 
         Raises:
             ValueError: one line naming the key: an unknown algo, an ``agent`` key the algorithm does not have
-                or one it refuses, a replay value ``her`` refuses, ``train.batch_size`` above
-                ``replay.capacity``.
+                or one it refuses, an ``agent`` of another algorithm's dataclass, a replay value ``her``
+                refuses, ``train.batch_size`` above ``replay.capacity``.
         """
-        check_types(self)
-        from .algos.registry import algo_name
+        from .algos.registry import algo_name, config_class
 
-        self.algo = algo_name(self.algo)
-        self.agent = agent_section(self.algo, self.agent)
+        self.algo = algo_name(convert(self.algo, str, "algo"))
+        if isinstance(self.agent, Mapping):
+            self.agent_unset = frozenset(k for k in DERIVED_WHEN_UNSET if k not in self.agent)
+            self.agent = agent_section(self.algo, self.agent)
+        expected = config_class(self.algo)
+        require(type(self.agent) is expected, "agent", f"a mapping or a {expected.__name__} (algo {self.algo!r})",
+                self.agent)
+        check_types(self)
         check_replay(self.replay, self.train.gamma)
         require(self.train.batch_size <= self.replay.capacity, "train.batch_size", "in [1, replay.capacity]",
                 self.train.batch_size)
@@ -288,10 +302,10 @@ LOOP_OWNED = {"seed": "train.seed", "device": "train.device", "n_threads": "trai
 DERIVED_WHEN_UNSET = ("q_clip",)
 
 
-def agent_section(algo: str, values: Mapping[str, Any]) -> dict[str, Any]:
+def agent_section(algo: str, values: Mapping[str, Any]) -> AgentConfig:
     """The ``agent`` section typed by ``algo``'s config dataclass: ``values`` checked and converted (lists of
     sizes become tuples of ints, ints become floats where a float is expected), every other field with its
-    default, except :data:`LOOP_OWNED` and, when not in ``values``, :data:`DERIVED_WHEN_UNSET`.
+    default (:data:`LOOP_OWNED` and unset :data:`DERIVED_WHEN_UNSET` ones too: the loop sets those).
 
     Args:
         algo: a registered algorithm name.
@@ -313,15 +327,13 @@ def agent_section(algo: str, values: Mapping[str, Any]) -> dict[str, Any]:
             valid = sorted(k for k in names if k not in LOOP_OWNED)
             raise ValueError(f"unknown key 'agent.{key}' for algo {algo!r}; valid agent keys: {', '.join(valid)}")
     try:
-        typed = config_cls(**values)
+        return config_cls(**values)
     except ValueError as exc:
         raise ValueError(f"agent.{exc}") from None
-    drop = set(LOOP_OWNED) | {k for k in DERIVED_WHEN_UNSET if k not in values}
-    return {k: v for k, v in dataclasses.asdict(typed).items() if k not in drop}
 
 
-def agent_config(cfg: DictConfig | Config, **fields: Any) -> AgentConfig:
-    """The ``agent`` section of a loaded config as its algorithm's dataclass, e.g. ``DDPGConfig``.
+def agent_config(cfg: Config, **fields: Any) -> AgentConfig:
+    """``cfg.agent`` (its algorithm's dataclass, e.g. ``DDPGConfig``) with ``fields`` replaced.
 
     Args:
         cfg: from :func:`load_config` or :func:`resume_config`.
@@ -330,10 +342,27 @@ def agent_config(cfg: DictConfig | Config, **fields: Any) -> AgentConfig:
     Raises:
         ValueError: a field the dataclass refuses.
     """
-    from .algos.registry import config_class
+    return dataclasses.replace(cfg.agent, **fields)
 
-    section = OmegaConf.to_container(cfg.agent, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg.agent)
-    return config_class(cfg.algo)(**{**section, **fields})
+
+def config_dict(cfg: Config) -> dict[str, Any]:
+    """The resolved config as plain data, key for key what the YAML layers and overrides can set: the
+    ``agent`` section without :data:`LOOP_OWNED` and the unset :data:`DERIVED_WHEN_UNSET` fields. What a
+    checkpoint's ``config`` and the W&B run's config hold, and what :func:`resume_config` reads back."""
+    drop = set(LOOP_OWNED) | cfg.agent_unset
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        if f.name == "agent":
+            out["agent"] = {k: v for k, v in dataclasses.asdict(cfg.agent).items() if k not in drop}
+        elif f.metadata.get("key", True):
+            value = getattr(cfg, f.name)
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def config_yaml(cfg: Config) -> str:
+    """:func:`config_dict` as YAML: what ``--print-config`` prints and a run directory's ``config.yaml`` holds."""
+    return OmegaConf.to_yaml(OmegaConf.create(config_dict(cfg)))
 
 
 #: ``her``'s argument names in its error messages -> the config key
@@ -403,9 +432,26 @@ def _valid_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+@functools.cache
+def _layout() -> type:
+    """:class:`Config`'s keys as OmegaConf merges the layers: the sections typed, ``agent`` an open mapping (its
+    keys depend on ``algo``, known only once every layer is merged)."""
+    hints = typing.get_type_hints(Config)
+
+    def spec(f: dataclasses.Field) -> tuple[str, Any, Any]:
+        if f.name == "agent":
+            return "agent", dict[str, Any], field(default_factory=dict)
+        default = (field(default_factory=f.default_factory) if f.default_factory is not dataclasses.MISSING
+                   else field(default=f.default))
+        return f.name, hints[f.name], default
+
+    return dataclasses.make_dataclass("Config", [spec(f) for f in dataclasses.fields(Config)
+                                                 if f.metadata.get("key", True)])
+
+
 def _field_type(key: str) -> Any:
     """The annotated type of a dotted key of :class:`Config` (None for unknown keys and ``agent.*``)."""
-    cls: Any = Config
+    cls: Any = _layout()
     hint: Any = None
     for part in key.split("."):
         if not dataclasses.is_dataclass(cls):
@@ -471,10 +517,10 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
                          ) from None
 
 
-def load_config(path: str | None = None, overrides: list[str] | None = None) -> DictConfig:
-    """Defaults <- YAML file (``defaults:`` entries first) <- ``key=value`` overrides, then checked by the
-    sections (:class:`Config`); the ``agent`` section is typed by the final ``algo``'s config dataclass and
-    holds all of its fields (see :attr:`Config.agent`).
+def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- YAML file (``defaults:`` entries first) <- ``key=value`` overrides, then built into
+    :class:`Config`, whose sections check their values; the ``agent`` section is typed by the final ``algo``'s
+    config dataclass (see :attr:`Config.agent`).
 
     Raises:
         ValueError: one line naming the key, what was expected and what came: an unknown key (with the list
@@ -482,7 +528,7 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
             is not ``key=value``, a YAML file that does not parse, is empty or is not a mapping.
         FileNotFoundError: ``path`` is neither a file nor a shipped config name.
     """
-    base = OmegaConf.structured(Config)
+    base = OmegaConf.structured(_layout())
     layers = []
     if path is not None:
         layers += _read_yaml(resolve_config_path(path))
@@ -492,18 +538,19 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     return _checked(_merge(base, layers, overrides))
 
 
-def _checked(cfg: DictConfig) -> DictConfig:
-    """``cfg`` built into :class:`Config` (each section's ``__post_init__`` checks its values, ``Config``'s types
-    the ``agent`` section) and back into a DictConfig."""
-    return OmegaConf.structured(_build(Config, OmegaConf.to_container(cfg, resolve=True)))
+def _checked(cfg: DictConfig) -> Config:
+    """The merged layers built into :class:`Config` (each section's ``__post_init__`` checks its values,
+    ``Config``'s types the ``agent`` section)."""
+    return _build(Config, cast(dict, OmegaConf.to_container(cfg, resolve=True)))
 
 
 def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
     """``cls(**values)`` with its dataclass fields built first; a section's ValueError gets the section's key
     in front (``env.``, ``log.wandb.``; the root's messages name their keys in full)."""
     hints = typing.get_type_hints(cls)
-    kwargs = {k: _build(hints[k], v, f"{prefix}{k}.") if dataclasses.is_dataclass(hints[k]) else v
-              for k, v in values.items()}
+    # ``agent`` stays a mapping: Config types it by ``algo``
+    kwargs = {k: _build(hints[k], v, f"{prefix}{k}.") if dataclasses.is_dataclass(hints[k]) and k != "agent"
+              else v for k, v in values.items()}
     try:
         return cls(**kwargs)
     except ValueError as exc:
@@ -526,7 +573,7 @@ RESUME_FROZEN = ("env.id", "env.n_envs", "algo", "agent.hidden", "agent.layer_no
                  "replay.capacity", "replay.prioritized", "replay.rank_based")
 
 
-def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> DictConfig:
+def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> Config:
     """The config of a resumed run: its saved config (``checkpoint["config"]``) <- ``key=value`` overrides,
     checked and typed as in :func:`load_config`. A saved ``agent`` section may be partial (run directories of
     earlier versions): the missing fields get the algorithm's defaults.
@@ -543,27 +590,36 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
         if o.partition("=")[0].strip() == "log.run_dir":
             raise ValueError("log.run_dir cannot be set with --resume: the run continues in its own directory "
                              "(the --resume argument)")
-    base = OmegaConf.structured(Config)
-    old = _checked(_merge(base, [OmegaConf.create(saved)], None))
-    merged = _merge(base, [old, OmegaConf.from_dotlist(list(overrides or []))], overrides)
+    base = OmegaConf.structured(_layout())
+    # the saved config typed first: a partial agent section of an earlier version gets its defaults
+    old = config_dict(_checked(_merge(base, [OmegaConf.create(saved)], None)))
+    merged = _merge(base, [OmegaConf.create(old), OmegaConf.from_dotlist(list(overrides or []))], overrides)
     agent_keys = [k for k in RESUME_FROZEN if k.startswith("agent.")]
-    _check_frozen(old, merged, [k for k in RESUME_FROZEN if k not in agent_keys])  # before algo re-types agent
+    # before algo re-types agent
+    _check_frozen(old, cast(dict, OmegaConf.to_container(merged)), [k for k in RESUME_FROZEN if k not in agent_keys])
     cfg = _checked(merged)
-    _check_frozen(old, cfg, agent_keys)
+    _check_frozen(old, config_dict(cfg), agent_keys)
     return cfg
 
 
-def _check_frozen(old: DictConfig, new: DictConfig, keys: list[str]) -> None:
+def _check_frozen(old: dict[str, Any], new: dict[str, Any], keys: list[str]) -> None:
+    """Raises ValueError for the first dotted key of ``keys`` whose value differs between the two configs."""
     for key in keys:
-        before, after = _plain(OmegaConf.select(old, key)), _plain(OmegaConf.select(new, key))
+        before, after = _plain(_select(old, key)), _plain(_select(new, key))
         if before != after:
             raise ValueError(f"{key} cannot change on --resume: the run has {before!r}, got {after!r} (start a new "
                              "run for that; train.total_env_steps, train.eval_*, env.eval_envs and log.* may "
                              "change)")
 
 
+def _select(values: Mapping[str, Any], key: str) -> Any:
+    """The value of a dotted key in nested mappings (None where a part is missing)."""
+    for part in key.split("."):
+        values = values.get(part) if isinstance(values, Mapping) else None
+    return values
+
+
 def _plain(value: Any) -> Any:
-    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     return list(value) if isinstance(value, (list, tuple)) else value
 
 

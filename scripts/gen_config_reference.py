@@ -149,7 +149,9 @@ def run_sections(config_cls: type) -> tuple[list[tuple[str, type]], list[tuple[s
                 walk(f"{prefix}.{f.name}", sub[f.name])
 
     for f in dataclasses.fields(config_cls):
-        if dataclasses.is_dataclass(hints.get(f.name)):
+        if not f.metadata.get("key", True):  # kept by the config, not a key a YAML file or override sets
+            continue
+        if dataclasses.is_dataclass(hints.get(f.name)) and f.name != "agent":  # agent: a table per algorithm
             walk(f.name, hints[f.name])
         else:
             scalars.append((f.name, f))

@@ -9,8 +9,6 @@ import typing
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
-
 import her
 from her_agents.cli import train_main
 from her_agents.config import (
@@ -21,6 +19,7 @@ from her_agents.config import (
     Strategy,
     TrainConfig,
     agent_config,
+    config_dict,
     load_config,
     resume_config,
 )
@@ -31,8 +30,9 @@ from her_agents.algos.td3 import TD3Config
 from her_agents.algos.tqc import TQCConfig
 
 
-def _agent(cfg) -> dict:
-    return OmegaConf.to_container(cfg.agent, resolve=True)
+def _agent(cfg: Config) -> dict:
+    """The ``agent`` section as the YAML keys have it (what a checkpoint saves and ``--print-config`` prints)."""
+    return config_dict(cfg)["agent"]
 
 
 def test_agent_override_is_typed_by_the_algorithms_dataclass():
@@ -55,6 +55,22 @@ def test_agent_section_holds_every_field_with_its_default_but_the_loops():
     assert "q_clip" not in _agent(load_config("fetch_reach_ddpg"))
     assert _agent(load_config("fetch_reach_ddpg", ["agent.q_clip=null"]))["q_clip"] is None
     assert _agent(load_config("fetch_reach_sac"))["q_clip"] == (-50.0, 0.0)
+
+
+def test_load_config_returns_the_typed_config_built_once():
+    cfg = load_config("fetch_reach_sac", ["agent.hidden=[64,64]", "train.seed=3"])
+    assert type(cfg) is Config and type(cfg.train) is TrainConfig and type(cfg.agent) is SACConfig
+    assert cfg.agent.hidden == (64, 64) and cfg.agent.q_clip == (-50.0, 0.0) and cfg.train.seed == 3
+    assert cfg.agent_unset == frozenset()
+    ddpg = load_config("fetch_reach_ddpg")
+    # q_clip left unset: the loop derives it; the typed section holds the default meanwhile, the keys leave it out
+    assert ddpg.agent_unset == {"q_clip"} and ddpg.agent.q_clip is None and "q_clip" not in _agent(ddpg)
+    # a copy with another section keeps the typed agent and what was left unset
+    copy = dataclasses.replace(ddpg, train=dataclasses.replace(ddpg.train, seed=7))
+    assert copy.agent is ddpg.agent and copy.agent_unset == {"q_clip"} and copy.train.seed == 7
+    with pytest.raises(ValueError, match=r"^agent must be a mapping or a SACConfig \(algo 'sac'\), got "):
+        Config(algo="sac", agent=DDPGConfig())
+    assert Config(algo="td3", agent=TD3Config(hidden=(8,))).agent_unset == frozenset()
 
 
 def test_algo_override_retypes_the_agent_section():
@@ -130,7 +146,7 @@ def test_print_config_shows_the_full_agent_section(capsys):
 
 def _saved(**agent) -> dict:
     """The ``checkpoint["config"]`` of a run from an earlier version: only what its YAML set in ``agent``."""
-    cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
+    cfg = config_dict(Config())
     cfg["env"]["id"] = "FetchReach-v4"
     cfg["agent"] = dict(agent)
     return cfg
@@ -142,7 +158,7 @@ def test_resume_of_a_run_with_a_partial_agent_section():
     assert section["hidden"] == (16,) and section["action_l2"] == 1.0 and "seed" not in section
     assert _agent(resume_config(_saved(), []))["hidden"] == (256, 256, 256)  # `agent: {}`
     # the full section a new run saves resumes too, and equals the partial one typed
-    assert _agent(resume_config(OmegaConf.to_container(cfg, resolve=True), [])) == section
+    assert _agent(resume_config(config_dict(cfg), [])) == section
 
 
 @pytest.mark.parametrize("overrides, expect", [

@@ -10,7 +10,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 import her
 from her_agents.algos.base import q_clip_for_env, td_target_bounds
@@ -400,9 +399,8 @@ def test_vector_info_of_shape_2_reaches_compute_reward_in_training(captured, tmp
 
 
 def test_actor_learner_episodes_carry_vector_info():
-    cfg = OmegaConf.merge(load_config(None, ["env.id=TestBonusInfoGoal-v0", "replay.capacity=200",
-                                                 "train.batch_size=32"]),
-                          {"env": {"n_envs": 1}})
+    cfg = load_config(None, ["env.id=TestBonusInfoGoal-v0", "replay.capacity=200", "train.batch_size=32",
+                             "env.n_envs=1"])
     spec = goal_env_spec("TestBonusInfoGoal-v0")
     venv = make_vector_env("TestBonusInfoGoal-v0", 2, seed=0)
     staging = her.EpisodeWriter(her.EpisodeStorage(40, (2,), (2,), (2,), max_episode_steps=5, n_envs=2,

@@ -289,8 +289,6 @@ def test_sb3_adapter_passes_compute_terminated_through():
 
 
 def test_her_train_passes_the_envs_own_vectorized_compute_terminated():
-    from omegaconf import OmegaConf
-
     from her_agents.config import load_config
     from her_agents.loop.train import build_replay
     from her_envs import goal_env_spec
@@ -301,8 +299,8 @@ def test_her_train_passes_the_envs_own_vectorized_compute_terminated():
     np.testing.assert_array_equal(spec.compute_terminated(ag, np.full((3, 1), 3.0, np.float32), None),
                                   [False, False, True])
     cfg = load_config(None, ["env.id=TestLineGoal-v0", "replay.capacity=100", "replay.n_step=3",
-                             "train.batch_size=32"])
-    replay = build_replay(OmegaConf.merge(cfg, {"env": {"n_envs": 1}}), spec, total_updates=1)
+                             "train.batch_size=32", "env.n_envs=1"])
+    replay = build_replay(cfg, spec, total_updates=1)
     assert replay.compute_terminated is spec.compute_terminated
     _fill(replay.storage)
     b = replay.sample(500)

@@ -38,6 +38,7 @@ Debug hook: with ``HER_DIST_DUMP=<dir>`` the learner writes ``<dir>/learner.json
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -48,11 +49,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch.distributed import rpc
 
 import her
 from ..algos.base import Agent
+from ..config import Config
 from ..loop import (EvalLog, LoopHooks, TrainingState, TrainResult, UpdateSchedule, build_agent, build_replay,
                     choose_action, collect_step, learn_step, normalize_from_episode)
 from ..loop.train import new_counters, open_run_dir, save_training_state, seed_everything
@@ -145,14 +146,14 @@ class _LearnerState:
         self.version = version
 
 
-def _run_learner(cfg: DictConfig, world: int, overwrite: bool) -> TrainResult:
+def _run_learner(cfg: Config, world: int, overwrite: bool) -> TrainResult:
     t_cfg = cfg.train
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
     total_updates = int(t_cfg.total_env_steps * t_cfg.updates_per_step)
     agent, _ = build_agent(cfg, spec)
     # the learner's storage receives whole episodes only (add_episode): one staging env is enough
-    replay = build_replay(OmegaConf.merge(cfg, {"env": {"n_envs": 1}}), spec, total_updates)
+    replay = build_replay(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, n_envs=1)), spec, total_updates)
     lock = open_run_dir(cfg, t_cfg.seed, None, overwrite, algo_name=f"{cfg.algo}-apex")
     try:
         return _learn(cfg, world, agent, replay, lock.run_dir)
@@ -160,7 +161,7 @@ def _run_learner(cfg: DictConfig, world: int, overwrite: bool) -> TrainResult:
         lock.release()
 
 
-def _learn(cfg: DictConfig, world: int, agent: Agent, replay: her.HerReplayBuffer, run_dir: Path) -> TrainResult:
+def _learn(cfg: Config, world: int, agent: Agent, replay: her.HerReplayBuffer, run_dir: Path) -> TrainResult:
     global _LEARNER_STATE
     t_cfg = cfg.train
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=t_cfg.seed + 10_000)
@@ -211,7 +212,7 @@ def _learn(cfg: DictConfig, world: int, agent: Agent, replay: her.HerReplayBuffe
         if cfg.log.checkpoint:
             state.extra["wandb_id"] = logger.run_id
             try:
-                save_training_state(run_dir, cfg, state, hooks, bool(cfg.log.save_replay))
+                save_training_state(run_dir, cfg, state, hooks, cfg.log.save_replay)
             except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
                 logger.checkpoint_failed()
                 raise
@@ -266,9 +267,9 @@ def _episode(storage: her.EpisodeStorage, start: int, T: int, is_success: bool) 
     }
 
 
-def _run_actor(cfg: DictConfig, rank: int, world: int) -> TrainResult:
+def _run_actor(cfg: Config, rank: int, world: int) -> TrainResult:
     t_cfg = cfg.train
-    seed = int(t_cfg.seed) + rank
+    seed = t_cfg.seed + rank
     seed_everything(seed)
     spec = goal_env_spec(cfg.env.id)
     n_envs = cfg.env.n_envs
@@ -334,10 +335,10 @@ def _dump(name: str, info: dict[str, Any]) -> None:
         (Path(out) / f"{name}.json").write_text(json.dumps(info, indent=1))
 
 
-def _init_rpc(cfg: DictConfig, rank: int, world: int) -> None:
+def _init_rpc(cfg: Config, rank: int, world: int) -> None:
     """Join the RPC group, then refuse to go on if any rank's config differs from the learner's."""
     _CONFIG["digest"], _CONFIG["flat"] = config_digest(cfg), flat_config(cfg)
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=float(cfg.dist.timeout_s),
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=cfg.dist.timeout_s,
                                            init_method="env://")
     try:
         rpc.init_rpc(_worker_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
@@ -361,7 +362,7 @@ def _init_rpc(cfg: DictConfig, rank: int, world: int) -> None:
         raise ValueError(msg)
 
 
-def train_actor_learner(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+def train_actor_learner(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """Run this process's role (learner on rank 0, actor elsewhere) until the learner's env-step budget.
 
     Raises:
@@ -375,7 +376,7 @@ def train_actor_learner(cfg: DictConfig, resume: str | None = None, overwrite: b
                          "dist.mode=actor_learner`")
     if resume:
         raise ValueError("resume is not supported with dist.mode=actor_learner")
-    torch.set_num_threads(max(1, int(cfg.train.torch_threads)))
+    torch.set_num_threads(max(1, cfg.train.torch_threads))
     if env["rank"] == 0:
         return _run_learner(cfg, env["world_size"], overwrite)
     return _run_actor(cfg, env["rank"], env["world_size"])

@@ -48,6 +48,7 @@ parameters and of the normalizer statistics, update count), which the tests comp
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -59,11 +60,11 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..algos.base import Agent
 from ..algos.normalizer import RunningNormalizer
+from ..config import Config, config_dict
 from ..loop.train import LoopHooks, TrainResult, UpdateSchedule, train
 from ..run.checkpoint import (
     REPLAY_FILE,
@@ -116,9 +117,9 @@ def rendezvous_env() -> dict[str, Any]:
     return {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0)}
 
 
-def flat_config(cfg: DictConfig | dict) -> dict[str, Any]:
-    """The resolved config as ``{"dotted.key": value}``."""
-    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+def flat_config(cfg: Config | dict) -> dict[str, Any]:
+    """The resolved config (a :class:`Config`, or :func:`config_dict`'s plain data) as ``{"dotted.key": value}``."""
+    c = config_dict(cfg) if isinstance(cfg, Config) else cfg
     out: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -132,7 +133,7 @@ def flat_config(cfg: DictConfig | dict) -> dict[str, Any]:
     return out
 
 
-def config_digest(cfg: DictConfig) -> str:
+def config_digest(cfg: Config) -> str:
     """sha256 of the resolved config (keys sorted)."""
     return hashlib.sha256(json.dumps(flat_config(cfg), sort_keys=True, default=str).encode()).hexdigest()
 
@@ -243,13 +244,13 @@ class DistContext(LoopHooks):
         return self.rank == 0
 
     # ------------------------------------------------------------------ set-up
-    def prepare_config(self, cfg: DictConfig) -> DictConfig:
+    def prepare_config(self, cfg: Config) -> Config:
         """Refuse different configs across ranks; return a copy with ``train.seed + rank`` (and the rank's GPU).
 
         Raises:
             ValueError: the ranks hold different configs (names the ranks and keys).
         """
-        self.update_every, self.n_envs = int(cfg.train.update_every), int(cfg.env.n_envs)
+        self.update_every, self.n_envs = cfg.train.update_every, cfg.env.n_envs
         if not self.active:
             return cfg
         digest = config_digest(cfg)
@@ -259,12 +260,12 @@ class DistContext(LoopHooks):
             flats: list[Any] = [None] * self.world_size
             dist.all_gather_object(flats, flat_config(cfg))
             raise ValueError(config_mismatch_message(flats, digests))
-        cfg = cfg.copy()
-        cfg.train.seed = int(cfg.train.seed) + self.rank
+        device = cfg.train.device
         # a resumed run's config names rank 0's GPU (cuda:0): every rank takes its own again
-        if self.backend == "nccl" and str(cfg.train.device).startswith(("auto", "cuda")):
-            cfg.train.device = f"cuda:{self.local_rank}"
-        return cfg
+        if self.backend == "nccl" and device.startswith(("auto", "cuda")):
+            device = f"cuda:{self.local_rank}"
+        train = dataclasses.replace(cfg.train, seed=cfg.train.seed + self.rank, device=device)
+        return dataclasses.replace(cfg, train=train)
 
     def share(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank (e.g. the run directory, whose default name has a time stamp)."""
@@ -510,7 +511,7 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
     return ctx
 
 
-def train_data_parallel(cfg: DictConfig, resume: str | None = None, overwrite: bool = False) -> TrainResult:
+def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This rank's part of a data-parallel run under torchrun (``her_agents.loop.train.train`` with a
     :class:`DistContext`); the plain single-process loop without torchrun's env vars.
 

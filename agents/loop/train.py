@@ -25,12 +25,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 from tqdm import tqdm
-from omegaconf import DictConfig, OmegaConf
 
 import her
 from ..algos.base import Agent, q_clip_for_env
 from ..algos.registry import make_agent
-from ..config import TrainConfig, check_device
+from ..config import Config, agent_config, check_device, config_dict, config_yaml
 from ..run.checkpoint import (
     REPLAY_FILE,
     check_world_size,
@@ -97,33 +96,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_agent(cfg: DictConfig, spec: GoalEnvSpec, seed: int | None = None,
+def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
                 device: str | None = None) -> tuple[Agent, tuple[float, float] | None]:
     """The agent of ``cfg`` (``algo``, ``agent.*``) for the env of ``spec``, and the reward range its rewards
     must keep to (``collect_step``'s ``reward_range``).
 
-    ``agent.q_clip`` unset: derived from the env's reward range, which the rewards must then keep to; set: it
-    must contain the env's rewards, and no range is returned. ``seed``: the exploration noise's seed (default
-    ``agent.seed``, else ``train.seed``); ``device``: default ``train.device``.
+    ``agent.q_clip`` unset (in ``cfg.agent_unset``): derived from the env's reward range, which the rewards must
+    then keep to; set: it must contain the env's rewards, and no range is returned. ``seed``: the exploration
+    noise's seed (default ``train.seed``); ``device``: default ``train.device``.
 
     Raises:
         ValueError: an option the agent refuses, a ``q_clip`` that excludes the env's rewards, a device the
             machine does not have.
     """
-    kwargs = OmegaConf.to_container(cfg.agent, resolve=True)
-    if seed is not None:
-        kwargs["seed"] = seed
-    kwargs.setdefault("seed", int(cfg.train.seed))
-    configured = {"configured": kwargs["q_clip"]} if "q_clip" in kwargs else {}
-    kwargs["q_clip"] = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
+    configured = {} if "q_clip" in cfg.agent_unset else {"configured": cfg.agent.q_clip}
+    q_clip = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
+    config = agent_config(cfg, seed=cfg.train.seed if seed is None else seed, q_clip=q_clip)
     device = cfg.train.device if device is None else device
     check_device(device)
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, device=device,
-                       n_threads=cfg.train.torch_threads, **kwargs)
+    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config, device=device,
+                       n_threads=cfg.train.torch_threads)
     return agent, (None if configured else spec.reward_range)
 
 
-def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerReplayBuffer:
+def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuffer:
     """The HER replay of the config: storage, (prioritized) sampler, relabeling and n-step returns."""
     r = cfg.replay
     if spec.max_episode_steps and r.capacity < spec.max_episode_steps:
@@ -148,7 +144,7 @@ def build_replay(cfg: DictConfig, spec: Any, total_updates: int) -> her.HerRepla
     )
 
 
-def open_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bool,
+def open_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool,
                  algo_name: str | None = None) -> RunDirLock:
     """Pick, create and lock the run directory (:func:`her_agents.run.run_control.prepare_run_dir`; the default
     name has ``algo_name``, default ``algo``) and write the resolved config to ``config.yaml`` in it (a resume
@@ -160,7 +156,7 @@ def open_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bool
     """
     lock = prepare_run_dir(cfg.env.id, algo_name or cfg.algo, seed, cfg.log.run_dir, resume, overwrite)
     try:
-        text = OmegaConf.to_yaml(cfg).encode()
+        text = config_yaml(cfg).encode()
         write_atomic(lock.run_dir / "config.yaml", lambda f: f.write(text))
     except BaseException:
         lock.release()
@@ -404,8 +400,8 @@ class TrainingState:
     extra: dict[str, Any] = field(default_factory=dict)
     """More entries for ``checkpoint.pt`` (e.g. the W&B run id)."""
 
-    def shared(self, cfg: DictConfig) -> dict[str, Any]:
-        return {"agent": self.agent.state_dict(), "config": OmegaConf.to_container(cfg, resolve=True),
+    def shared(self, cfg: Config) -> dict[str, Any]:
+        return {"agent": self.agent.state_dict(), "config": config_dict(cfg),
                 "counters": dict(self.counters), **self.extra}
 
     def own(self, hooks: LoopHooks) -> dict[str, Any]:
@@ -450,7 +446,7 @@ class TrainingState:
         return False
 
 
-def save_training_state(run_dir: Path, cfg: DictConfig, state: TrainingState, hooks: LoopHooks,
+def save_training_state(run_dir: Path, cfg: Config, state: TrainingState, hooks: LoopHooks,
                         save_replay: bool) -> None:
     """Checkpoint ``state`` into ``run_dir`` through ``hooks.save_checkpoint`` (with ``save_replay``, the replay
     storage too)."""
@@ -463,7 +459,7 @@ def save_training_state(run_dir: Path, cfg: DictConfig, state: TrainingState, ho
 # ---------------------------------------------------------------------------------------------------------
 
 
-def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
+def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
           hooks: LoopHooks | None = None) -> TrainResult:
     """Train ``cfg.algo`` with HER on ``cfg.env.id`` in this process.
 
@@ -489,14 +485,14 @@ def train(cfg: DictConfig, resume: str | None = None, overwrite: bool = False,
         return _train(cfg, resume, overwrite, hooks, stop, cleanup)
 
 
-def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
+def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
            cleanup: contextlib.ExitStack) -> TrainResult:
     """:func:`start_run`, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
     the run (``status``) whichever way the loop ends."""
     run = start_run(cfg, resume, overwrite, hooks, cleanup)
     status, crash = "crashed", None
     try:
-        while run.env_steps < run.t_cfg.total_env_steps:
+        while run.env_steps < run.cfg.train.total_env_steps:
             if hooks.should_stop(stop.signum is not None, run.env_steps):
                 break
             collect(run)
@@ -504,7 +500,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
             run.progress.update(run.n_envs)
             if eval_due(run):
                 evaluate_and_checkpoint(run)
-        if run.env_steps < run.t_cfg.total_env_steps:  # stopped by SIGINT / SIGTERM
+        if run.env_steps < run.cfg.train.total_env_steps:  # stopped by SIGINT / SIGTERM
             stopped = checkpoint_on_stop(run, stop)
             status = stop.status  # only once the checkpoint is written: a failed one is a crash
             raise stopped
@@ -526,9 +522,7 @@ def _train(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHook
 class Run:
     """A started run (:func:`start_run`): its training state and what the loop's steps read and advance."""
 
-    cfg: DictConfig
-    t_cfg: TrainConfig
-    """``cfg.train`` as a plain object: read every env step, where DictConfig access is slow."""
+    cfg: Config
     hooks: LoopHooks
     spec: GoalEnvSpec
     state: TrainingState
@@ -551,12 +545,12 @@ class Run:
         return self.state.counters["env_steps"]
 
 
-def start_run(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopHooks,
+def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks,
               cleanup: contextlib.ExitStack) -> Run:
     """Everything before the first env step: what can refuse the config comes before the run directory, W&B
     and the envs; a resume restores its checkpoint. Closers (run directory lock, envs) go on ``cleanup``."""
-    t_cfg = OmegaConf.to_object(cfg.train)
-    torch.set_num_threads(max(1, int(t_cfg.torch_threads)))
+    t_cfg = cfg.train
+    torch.set_num_threads(max(1, t_cfg.torch_threads))
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
     agent, reward_guard = build_agent(cfg, spec)
@@ -582,11 +576,11 @@ def start_run(cfg: DictConfig, resume: str | None, overwrite: bool, hooks: LoopH
     # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
     obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.discard_in_progress()
-    return Run(cfg, t_cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
-               cfg.env.id, int(cfg.env.n_envs))
+    return Run(cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
+               cfg.env.id, cfg.env.n_envs)
 
 
-def _claim_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bool, hooks: LoopHooks,
+def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, hooks: LoopHooks,
                    cleanup: contextlib.ExitStack) -> Path:
     """The run directory, locked by the main process; a refusal there is raised on every process."""
     lock, refusal = None, None
@@ -602,10 +596,10 @@ def _claim_run_dir(cfg: DictConfig, seed: int, resume: str | None, overwrite: bo
     return run_dir
 
 
-def _open_envs(cfg: DictConfig, seed: int,
+def _open_envs(cfg: Config, seed: int,
                cleanup: contextlib.ExitStack) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
     """The training and the evaluation vector envs (seeds ``seed`` and ``seed + 10_000``)."""
-    env = make_vector_env(cfg.env.id, int(cfg.env.n_envs), cfg.env.vectorization, seed=seed,
+    env = make_vector_env(cfg.env.id, cfg.env.n_envs, cfg.env.vectorization, seed=seed,
                           grasped_start=cfg.env.grasped_start)
     cleanup.callback(env.close)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=seed + 10_000)
@@ -627,7 +621,7 @@ def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
 def collect(run: Run) -> None:
     """One env step of every training env: act, step, store the real next state (never the autoreset one),
     count finished episodes and their successes, and feed the normalizers the episodes completed."""
-    s, t_cfg = run.state, run.t_cfg
+    s, t_cfg = run.state, run.cfg.train
     warmup = s.counters["env_steps"] < t_cfg.warmup_steps
     action = choose_action(s.agent, run.obs, run.spec, run.n_envs, warmup, s.rng)
     run.obs, step, stored = collect_step(s.env, run.obs, action, s.replay, run.spec.info_shapes, run.reward_guard,
@@ -644,7 +638,7 @@ def learn(run: Run, stop: GracefulStop) -> None:
     """Earn the updates of the env step just collected; do the due ones every ``train.update_every`` env steps."""
     s = run.state
     s.schedule.collect(run.n_envs, s.counters["env_steps"], len(s.replay) > 0)
-    if s.counters["env_steps"] % run.t_cfg.update_every >= run.n_envs:
+    if s.counters["env_steps"] % run.cfg.train.update_every >= run.n_envs:
         return
     run.hooks.before_updates(s.schedule)
     n_updates = s.schedule.take()
@@ -652,7 +646,7 @@ def learn(run: Run, stop: GracefulStop) -> None:
         if run.first_update:
             _first_update(run, stop)
         else:
-            learn_step(s.agent, s.replay, run.t_cfg.batch_size, s.evals.metrics)
+            learn_step(s.agent, s.replay, run.cfg.train.batch_size, s.evals.metrics)
     s.counters["updates"] += n_updates
 
 
@@ -660,9 +654,9 @@ def _first_update(run: Run, stop: GracefulStop) -> None:
     """The process's first update: with ``agent.compile`` it compiles, so a signal then waits for it
     (``stop.busy``) and the main process says so first (:func:`first_learn_step`)."""
     run.first_update = False
-    compiling = bool(run.cfg.agent.get("compile", False))
+    compiling = run.cfg.agent.compile
     stop.busy = "the first update's compile (15-40 s on an idle core)" if compiling else None
-    first_learn_step(run.state.agent, run.state.replay, run.t_cfg.batch_size, run.state.evals.metrics,
+    first_learn_step(run.state.agent, run.state.replay, run.cfg.train.batch_size, run.state.evals.metrics,
                      compiling and run.hooks.is_main)
     stop.busy = None
 
@@ -683,14 +677,14 @@ def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metric
 
 def eval_due(run: Run) -> bool:
     """Every ``train.eval_every`` env steps, and at the end of training."""
-    return run.env_steps >= run.next_eval or run.env_steps >= run.t_cfg.total_env_steps
+    return run.env_steps >= run.next_eval or run.env_steps >= run.cfg.train.total_env_steps
 
 
 def evaluate_and_checkpoint(run: Run) -> None:
     """Evaluate and log a row, record a video every ``log.video_every`` evaluations, and checkpoint."""
     s = run.state
-    run.next_eval += run.t_cfg.eval_every
-    row = s.evals.log(s.agent, s.eval_env, run.t_cfg.eval_episodes, run.logger, run.hooks)
+    run.next_eval += run.cfg.train.eval_every
+    row = s.evals.log(s.agent, s.eval_env, run.cfg.train.eval_episodes, run.logger, run.hooks)
     if run.cfg.log.video_every and s.counters["evals"] % run.cfg.log.video_every == 0:
         run.logger.log_video(s.agent, run.env_id, step=s.counters["env_steps"])
     run.progress.set_postfix(eval_success=f"{row['eval/success_rate']:.2f}")
@@ -713,7 +707,7 @@ def write_checkpoint(run: Run) -> None:
     step with what a resume would redo."""
     run.state.extra["wandb_id"] = run.logger.run_id or run.wandb_id
     try:
-        save_training_state(run.run_dir, run.cfg, run.state, run.hooks, bool(run.cfg.log.save_replay))
+        save_training_state(run.run_dir, run.cfg, run.state, run.hooks, run.cfg.log.save_replay)
     except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
         run.logger.checkpoint_failed()
         raise

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
+
+from ..config import Config, config_dict
 
 __all__ = ["EXIT_CODES", "NullLogger", "RunLogger", "wandb_mode"]
 
@@ -85,7 +86,7 @@ class RunLogger:
     :mod:`her_agents.run.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, resume_id: str | None = None,
+    def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,
                  resume_step: int | None = None) -> None:
         """``resume_step``: the env steps of the checkpoint a resumed run continues from. ``metrics.csv`` keeps
         its rows up to that step and drops the later ones (logged by the stopped run after its last checkpoint;
@@ -98,7 +99,7 @@ class RunLogger:
         self._fresh_csv = resume_step is None
         self._video_error: str | None = None
         self._pending: list[dict[str, Any]] = []  # rows not yet covered by a checkpoint
-        self._defer = bool(cfg.log.checkpoint)
+        self._defer = cfg.log.checkpoint
         self._covered_size: int | None = None  # bytes of metrics.csv up to the last covered row (None: no row)
         kept: list[dict[str, Any]] = []
         if resume_step is not None and self.csv_path.exists():
@@ -134,7 +135,7 @@ class RunLogger:
         w = self.cfg.log.wandb
         kwargs = dict(
             project=w.project, entity=w.entity, tags=list(w.tags), group=w.group, name=w.name or self.run_dir.name,
-            dir=str(self.run_dir), config=OmegaConf.to_container(self.cfg, resolve=True), id=resume_id,
+            dir=str(self.run_dir), config=config_dict(self.cfg), id=resume_id,
             resume="allow" if resume_id else None,
         )
         inherited = _InheritedService()
