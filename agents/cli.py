@@ -107,12 +107,14 @@ def train_main(argv: list[str] | None = None) -> int:
     if args.print_config:
         return print_to_pipe(OmegaConf.to_yaml(cfg))
 
+    from .run.logger import check_wandb_env
     from .run.run_control import TrainingStopped
     from .run.video import check_gl_backend
 
     try:
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
-    except RuntimeError as exc:
+        check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
+    except (RuntimeError, ValueError) as exc:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
     try:
