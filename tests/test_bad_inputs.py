@@ -303,6 +303,27 @@ def test_resume_refuses_what_cannot_change(finished_run, tmp_path, capsys, args,
     assert sorted(p.name for p in run_dir.iterdir()) == before
 
 
+def test_resume_of_the_checkpoint_file_names_the_run_directory(finished_run, tmp_path, capsys):
+    run_dir = _copy(finished_run, tmp_path)
+    code, err = _run(capsys, ["--resume", str(run_dir / "checkpoint.pt")])
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"--resume takes the run directory, got the file {run_dir / 'checkpoint.pt'}: use --resume {run_dir}" \
+        in line, line
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["--resume"], "argument --resume: expected one argument"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_her_train_argument_error_is_one_line_without_usage(capsys, argv, expect):
+    with pytest.raises(SystemExit) as exc:
+        train_main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert expect in _one_error_line(err) and "usage" not in err, err
+
+
 def test_resume_accepts_steps_logging_and_eval_overrides(finished_run, tmp_path, capsys):
     run_dir = _copy(finished_run, tmp_path)
     code = train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50",
