@@ -39,7 +39,7 @@ def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False
 
 def train_parser() -> argparse.ArgumentParser:
     """The ``her-train`` argument parser (every option's help gives its default)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="her-train",
         description="Train a goal-conditioned agent with HER. CONFIG is a YAML path or a name in configs/ "
         f"(default {DEFAULT_CONFIG}); key=value pairs override it, e.g. train.total_env_steps=20000 algo=td3.",
@@ -86,6 +86,9 @@ def train_main(argv: list[str] | None = None) -> int:
             if args.config is not None:
                 raise ValueError(f"--resume {args.resume} continues the run with its own config: drop the config "
                                  f"{args.config!r} (key=value overrides are allowed)")
+            if os.path.isfile(args.resume):  # her-eval takes a checkpoint file; --resume takes the whole run
+                raise ValueError(f"--resume takes the run directory, got the file {args.resume}: use --resume "
+                                 f"{os.path.dirname(args.resume) or '.'}")
             saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
             cfg = resume_config(saved["config"], args.overrides)  # the run's config, then the overrides
             done, total = saved["counters"]["env_steps"], cfg.train.total_env_steps
@@ -104,12 +107,14 @@ def train_main(argv: list[str] | None = None) -> int:
     if args.print_config:
         return print_to_pipe(config_yaml(cfg))
 
+    from .run.logger import check_wandb_env
     from .run.run_control import TrainingStopped
     from .run.video import check_gl_backend
 
     try:
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
-    except RuntimeError as exc:
+        check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
+    except (RuntimeError, ValueError) as exc:
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 2
     try:

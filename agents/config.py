@@ -643,6 +643,12 @@ def _read_yaml(path: Path | Traversable) -> list[DictConfig]:
                          f"{str(exc).rsplit(':', 1)[-1].strip() or 'something else'}") from None
     if not isinstance(cfg, DictConfig):
         raise ValueError(f"config {path}: expected a YAML mapping of settings (key: value), got a list")
+    if len(cfg) == 1 and isinstance(yaml.safe_load(text), str):
+        # OmegaConf reads a file of plain text (a CSV, a README) as the mapping {text: None}
+        first = text.strip().splitlines()[0]
+        first = first if len(first) <= 40 else first[:40] + "..."
+        raise ValueError(f"config {path}: expected a YAML mapping of settings (key: value), got plain text "
+                         f"({first!r})")
     if len(cfg) == 0:
         raise ValueError(f"config {path}: expected a YAML mapping of settings (key: value), got an empty file")
     parents = cfg.pop("defaults", None) or []

@@ -386,6 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     _check_args(parser, args)
     if not groups:
         parser.error("no run directories given (her-plot --help shows the usage)")
+    for label, runs in groups.items():  # the same run twice under one label would count twice in its mean
+        seen: dict[Path, str] = {}
+        for run in runs:
+            key = Path(run).resolve()
+            key = key.parent if key.name == "metrics.csv" else key
+            if key in seen:
+                parser.error(f"--label {label}: run {run} is given twice (also as {seen[key]}); its mean would "
+                             "count it twice")
+            seen[key] = run
     try:
         for note in group_notes(groups):
             print(note, file=sys.stderr)

@@ -305,7 +305,9 @@ class EpisodeStorage:
             expect["info." + k] = (T, *shp)
         for k, arr in data.items():
             if arr.shape != expect[k]:
-                raise ValueError(f"{k}: expected shape {expect[k]}, got {arr.shape}")
+                why = (f" (T = {T} transitions, from the {T + 1} states of observation: an episode of T transitions "
+                       "has T + 1 states s_0..s_T)") if k != "observation" and arr.shape[:1] != expect[k][:1] else ""
+                raise ValueError(f"{k}: expected shape {expect[k]}, got {arr.shape}{why}")
             if self.validate and not np.isfinite(arr).all():
                 bad = np.argwhere(~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)).ravel()[:5]
                 raise ValueError(f"{k} contains NaN or inf (at steps {bad.tolist()}); refusing to store the episode")

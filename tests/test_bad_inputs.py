@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import os
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,8 @@ def test_bad_override_is_one_line_naming_key_expected_and_got(tmp_path, capsys, 
     ("", "got an empty file"),
     ("# nothing here\n", "got an empty file"),
     ("42\n", "expected a YAML mapping of settings (key: value), got int"),
+    ("env_steps,episodes\n100,2\n", "expected a YAML mapping of settings (key: value), got plain text "
+                                     "('env_steps,episodes')"),  # e.g. a metrics.csv given as the config
 ])
 def test_bad_yaml_file_is_one_line(tmp_path, capsys, text, expect):
     path = tmp_path / "my.yaml"
@@ -89,6 +92,29 @@ def test_bad_yaml_file_is_one_line(tmp_path, capsys, text, expect):
     assert code == 2
     line = _one_error_line(err)
     assert f"config {path}: " in line and expect in line, line
+
+
+@pytest.mark.parametrize("value, expect", [
+    ("foo", "WANDB_MODE must be online, offline or disabled (or unset: log.wandb.mode decides), got 'foo'"),
+    ("Offline", "got 'Offline'"),
+])
+def test_wandb_mode_env_that_wandb_refuses_is_one_line_before_anything_starts(tmp_path, capsys, monkeypatch,
+                                                                             value, expect):
+    # W&B validates WANDB_MODE at every wandb.init: the run used to go on without W&B after minutes of retries
+    monkeypatch.setenv("WANDB_MODE", value)
+    code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}"])
+    assert code == 2 and expect in _one_error_line(err), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_empty_wandb_mode_env_means_unset(monkeypatch):
+    from her_agents.run.logger import wandb_mode
+
+    monkeypatch.setenv("WANDB_MODE", "")
+    assert wandb_mode("disabled") == "disabled"
+    assert "WANDB_MODE" not in os.environ  # W&B itself refuses an empty WANDB_MODE
+    monkeypatch.setenv("WANDB_MODE", "run")
+    assert wandb_mode("disabled") == "online"
 
 
 def test_print_config_takes_overrides(capsys):
@@ -275,6 +301,27 @@ def test_resume_refuses_what_cannot_change(finished_run, tmp_path, capsys, args,
     assert code == 2
     assert expect in _one_error_line(err)
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_resume_of_the_checkpoint_file_names_the_run_directory(finished_run, tmp_path, capsys):
+    run_dir = _copy(finished_run, tmp_path)
+    code, err = _run(capsys, ["--resume", str(run_dir / "checkpoint.pt")])
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"--resume takes the run directory, got the file {run_dir / 'checkpoint.pt'}: use --resume {run_dir}" \
+        in line, line
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["--resume"], "argument --resume: expected one argument"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_her_train_argument_error_is_one_line_without_usage(capsys, argv, expect):
+    with pytest.raises(SystemExit) as exc:
+        train_main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert expect in _one_error_line(err) and "usage" not in err, err
 
 
 def test_resume_accepts_steps_logging_and_eval_overrides(finished_run, tmp_path, capsys):

@@ -652,3 +652,14 @@ def test_state_dict_is_a_snapshot_that_later_adds_do_not_change():
     live = reference_live(snapshot, storage.n_slots)
     assert [T for _, T in storage.episodes()] == [4, 4, 4]
     check_batch(her.HerReplayBuffer(storage, tag_reward, seed=0).sample(500), snapshot, live, strategy="future")
+
+
+def test_add_episode_with_as_many_states_as_actions_says_t_plus_1_states():
+    storage = her.EpisodeStorage(100, observation_shape=(2,), action_shape=(2,), goal_shape=(2,),
+                                 max_episode_steps=20)
+    states = np.zeros((20, 2))  # s_0..s_19: one short for 20 actions
+    with pytest.raises(ValueError) as exc:
+        storage.add_episode(states, np.zeros((20, 2)), np.zeros(20), achieved_goal=states, desired_goal=np.ones(2))
+    assert str(exc.value) == ("action: expected shape (19, 2), got (20, 2) (T = 19 transitions, from the 20 states of "
+                              "observation: an episode of T transitions has T + 1 states s_0..s_T)")
+    assert len(storage) == 0

@@ -123,6 +123,21 @@ def test_her_plot_bad_input_gives_clear_error(runs, tmp_path, capsys, case, expe
     assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.parametrize("second", ["same", "csv", "other_label"])
+def test_her_plot_the_same_run_twice_under_one_label_is_refused(runs, tmp_path, capsys, second):
+    again = {"same": str(runs[0]), "csv": str(runs[0] / "metrics.csv"), "other_label": str(runs[1])}[second]
+    argv = [str(runs[0]), "--label", "A", again, "--label", "A" if second != "other_label" else "B", "--table"]
+    if second == "other_label":  # a run under one label and another run under the next: fine
+        assert main(argv) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"her-plot: error: --label A: run {again} is given twice (also as {runs[0]}); its mean would count it " \
+           "twice" in err, err
+
+
 def test_her_plot_table_gives_steps_to_each_level_and_success_at_given_steps(runs, capsys):
     assert main([str(runs[0]), str(runs[1]), "--label", "A", str(runs[2]), "--label", "B",
                  "--table", "2000", "3500"]) == 0

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..config import Config, config_dict
 
-__all__ = ["EXIT_CODES", "NullLogger", "RunLogger", "wandb_mode"]
+__all__ = ["EXIT_CODES", "NullLogger", "RunLogger", "check_wandb_env", "wandb_mode"]
 
 
 def _has_api_key() -> bool:
@@ -36,9 +36,41 @@ def _has_api_key() -> bool:
         return False
 
 
+#: the values W&B itself accepts in ``WANDB_MODE`` (it refuses any other at ``wandb.init``, online or offline)
+WANDB_ENV_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
+def check_wandb_env() -> None:
+    """Refuse a ``WANDB_MODE`` that W&B would refuse, up front and in one line: W&B validates it at every
+    ``wandb.init`` (``ValidationError: 1 validation error for Settings``), so the online init, then each offline
+    retry, would fail and the run would go on without W&B after minutes. An empty ``WANDB_MODE`` means unset:
+    it is removed from the environment.
+
+    Raises:
+        ValueError: ``WANDB_MODE`` is set to something else than online, offline or disabled (or W&B's
+            dryrun, run, shared).
+    """
+    value = os.environ.get("WANDB_MODE")
+    if value is None:
+        return
+    if not value.strip():
+        del os.environ["WANDB_MODE"]
+        return
+    if value not in WANDB_ENV_MODES:
+        raise ValueError(f"WANDB_MODE must be online, offline or disabled (or unset: log.wandb.mode decides), "
+                         f"got {value!r}")
+
+
 def wandb_mode(configured: str) -> str:
-    """The W&B mode to use: ``WANDB_MODE`` if set, else the config's; ``auto`` -> online/offline by API key."""
+    """The W&B mode to use: ``WANDB_MODE`` if set, else the config's; ``auto`` -> online/offline by API key.
+
+    Raises:
+        ValueError: a ``WANDB_MODE`` that W&B refuses (:func:`check_wandb_env`).
+    """
+    check_wandb_env()
     mode = os.environ.get("WANDB_MODE") or configured
+    if mode == "run":
+        mode = "online"
     if mode == "auto":
         mode = "online" if _has_api_key() else "offline"
     if mode == "dryrun":
@@ -101,12 +133,12 @@ class RunLogger:
         self._pending: list[dict[str, Any]] = []  # rows not yet covered by a checkpoint
         self._defer = cfg.log.checkpoint
         self._covered_size: int | None = None  # bytes of metrics.csv up to the last covered row (None: no row)
+        self.mode = wandb_mode(cfg.log.wandb.mode)  # before any file is touched: it may refuse WANDB_MODE
         kept: list[dict[str, Any]] = []
         if resume_step is not None and self.csv_path.exists():
             kept = self._truncate_csv(resume_step)
             if kept:
                 self._covered_size = self.csv_path.stat().st_size
-        self.mode = wandb_mode(cfg.log.wandb.mode)
         self.run = None
         start = f"resumed at {resume_step} env steps" if resume_step is not None else "new run"
         wandb_where = {"offline": f"W&B offline in {self.run_dir / 'wandb'}", "disabled": "W&B off"}.get(
