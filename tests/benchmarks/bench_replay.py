@@ -169,7 +169,7 @@ def section_sampler(storage: her.EpisodeStorage) -> None:
     steps = _step_rows(2000)
     ours_add, sb3_add = [], []
     for _ in range(5):  # best of 5 passes over 2000 steps, interleaved with SB3's
-        small = her.EpisodeStorage(100_000, (OBS,), (ACT,), (GOAL,), max_episode_steps=T)
+        small = her.EpisodeWriter(her.EpisodeStorage(100_000, (OBS,), (ACT,), (GOAL,), max_episode_steps=T))
         t0 = time.thread_time()
         for row in steps:
             small.add(*row)
