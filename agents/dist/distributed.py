@@ -9,7 +9,9 @@ Launch (one machine, 2 processes)::
 (plain ``her-train``) :func:`train_data_parallel` runs the single-process loop.
 
 Every rank runs the plain loop (``her_agents.loop.train.train``) with a :class:`DistContext` as its
-:class:`~her_agents.loop.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent:
+:class:`~her_agents.loop.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent.
+A one-process run never enters this code, and the context reaches the other ranks only through the few
+operations of :class:`~her_agents.dist.collective.Collective`:
 
 - :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
   GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved
@@ -74,6 +76,7 @@ from ..run.checkpoint import (
     save_checkpoint,
     write_pending_replay,
 )
+from .collective import Collective
 
 __all__ = [
     "DataParallelAgent",
@@ -220,15 +223,15 @@ class DataParallelAgent:
 
 @dataclass
 class DistContext(LoopHooks):
-    """Rank information and the data-parallel hooks of the training loop (no-ops with one process)."""
+    """The data-parallel hooks of the training loop for one rank of a process group of ``world_size > 1``
+    (a one-process run never builds one: :func:`init_distributed` returns None). It reaches the other ranks
+    only through :attr:`comm`."""
 
-    rank: int = 0
-    world_size: int = 1
+    comm: Collective
     local_rank: int = 0
-    backend: str | None = None
+    backend: str = "gloo"
     timeout_s: float = 300.0
     owns_group: bool = False
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     agent: Agent | None = None
     update_every: int = 1
     n_envs: int = 1
@@ -236,12 +239,20 @@ class DistContext(LoopHooks):
     _hooks: list[Any] = field(default_factory=list)
 
     @property
-    def active(self) -> bool:
-        return self.world_size > 1
+    def rank(self) -> int:
+        return self.comm.rank
 
     @property
-    def is_main(self) -> bool:
+    def world_size(self) -> int:  # type: ignore[override]
+        return self.comm.world_size
+
+    @property
+    def is_main(self) -> bool:  # type: ignore[override]
         return self.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.comm.device
 
     # ------------------------------------------------------------------ set-up
     def prepare_config(self, cfg: Config) -> Config:
@@ -251,15 +262,9 @@ class DistContext(LoopHooks):
             ValueError: the ranks hold different configs (names the ranks and keys).
         """
         self.update_every, self.n_envs = cfg.train.update_every, cfg.env.n_envs
-        if not self.active:
-            return cfg
-        digest = config_digest(cfg)
-        digests: list[Any] = [None] * self.world_size
-        dist.all_gather_object(digests, digest)
+        digests = self.comm.all_gather_object(config_digest(cfg))
         if len(set(digests)) > 1:
-            flats: list[Any] = [None] * self.world_size
-            dist.all_gather_object(flats, flat_config(cfg))
-            raise ValueError(config_mismatch_message(flats, digests))
+            raise ValueError(config_mismatch_message(self.comm.all_gather_object(flat_config(cfg)), digests))
         device = cfg.train.device
         # a resumed run's config names rank 0's GPU (cuda:0): every rank takes its own again
         if self.backend == "nccl" and device.startswith(("auto", "cuda")):
@@ -269,25 +274,16 @@ class DistContext(LoopHooks):
 
     def share(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank (e.g. the run directory, whose default name has a time stamp)."""
-        if not self.active:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
+        return self.comm.broadcast_object(obj)
 
     def wrap_agent(self, agent: Agent) -> Agent:
         """Broadcast rank 0's networks and normalizers, hook gradient averaging into the optimizers; the
         returned :class:`DataParallelAgent` records normalizer statistics for :meth:`before_updates`."""
         self.agent = agent
-        if not self.active:
-            return agent
         with torch.no_grad():
             for module in agent.networks().values():
                 for t in list(module.parameters()) + list(module.buffers()):
-                    buf = t.data.to(self.device)
-                    dist.broadcast(buf, src=0)
-                    t.data.copy_(buf)
+                    self.comm.broadcast_(t)
         for name in NORMALIZERS:
             norm = getattr(agent, name)
             norm.load_state_dict(self.share(norm.state_dict()))
@@ -301,8 +297,7 @@ class DistContext(LoopHooks):
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device)
-        dist.all_reduce(flat)
-        flat /= self.world_size
+        self.comm.mean_(flat)
         offset = 0
         for g in grads:
             n = g.numel()
@@ -312,14 +307,10 @@ class DistContext(LoopHooks):
     # ------------------------------------------------------------------ loop hooks
     def should_stop(self, requested: bool, env_steps: int) -> bool:
         """All ranks stop together, at the start of a block of updates, when any rank was asked to."""
-        if not self.active:
-            return requested
         return env_steps % self.update_every < self.n_envs and self.any_rank(requested)
 
     def before_updates(self, schedule: UpdateSchedule) -> None:
         """Merge the ranks' normalizer deltas; all ranks learn, the same number of updates, or none does."""
-        if not self.active:
-            return
         schedule.can_learn, schedule.pending = self.sync_block(self.agent, schedule.can_learn, schedule.pending)
         if not schedule.can_learn:
             schedule.pending = 0.0
@@ -327,15 +318,10 @@ class DistContext(LoopHooks):
     def sync_block(self, agent: Agent | None, can_learn: bool, pending_updates: float) -> tuple[bool, float]:
         """Add the sum of every rank's normalizer deltas to ``agent``'s normalizers (in rank order) and reset
         the deltas. Returns ``(every rank can learn, the fewest pending updates of any rank)``."""
-        if not self.active:
-            return can_learn, pending_updates
         names = list(self._pending)
         local = np.concatenate([np.concatenate(self._pending[n]) for n in names]
                                + [[float(can_learn), float(pending_updates)]])
-        t = torch.as_tensor(local, dtype=torch.float64, device=self.device)
-        out = [torch.empty_like(t) for _ in range(self.world_size)]
-        dist.all_gather(out, t)
-        rows = torch.stack(out).cpu().numpy()  # [world, L], summed in rank order on every rank
+        rows = self.comm.all_gather(local)  # [world, L], summed in rank order on every rank
         total = rows[0].copy()
         for r in range(1, self.world_size):
             total += rows[r]
@@ -353,30 +339,19 @@ class DistContext(LoopHooks):
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is true on any (a collective: all ranks call it at the same step)."""
-        if not self.active:
-            return flag
-        t = torch.tensor([float(flag)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item() > 0)
+        return bool(self.comm.all_reduce([float(flag)], op="max")[0] > 0)
 
     def average_eval(self, ev: dict[str, float]) -> dict[str, float]:
         """Evaluation metrics averaged over ranks (each evaluated the same number of episodes)."""
-        if not self.active:
-            return ev
         keys = sorted(ev)
-        t = torch.tensor([ev[k] for k in keys], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return dict(zip(keys, (t / self.world_size).cpu().tolist()))
+        total = self.comm.all_reduce([ev[k] for k in keys])
+        return {k: float(v) / self.world_size for k, v in zip(keys, total)}
 
     def row_extras(self, row: dict[str, Any]) -> dict[str, Any]:
         """``dist/world_size``, ``dist/global_env_steps`` and ``dist/global_env_steps_per_s`` (sums over ranks)."""
-        if not self.active:
-            return {}
-        t = torch.tensor([row["env_steps"], row["env_steps_per_s"]], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        steps, rate = t.cpu().tolist()
+        steps, rate = self.comm.all_reduce([row["env_steps"], row["env_steps_per_s"]])
         return {"dist/world_size": self.world_size, "dist/global_env_steps": int(steps),
-                "dist/global_env_steps_per_s": rate}
+                "dist/global_env_steps_per_s": float(rate)}
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -398,8 +373,6 @@ class DistContext(LoopHooks):
             OSError (or what the failing write raised): this rank's write failed; RuntimeError: another rank's
             did (the previous checkpoint stays valid).
         """
-        if not self.active:
-            return super().save_checkpoint(run_dir, shared, own, replay_arrays)
         name, steps = replay_name(self.rank), int(shared["counters"]["env_steps"])
         pending, error = None, None
         try:
@@ -407,10 +380,9 @@ class DistContext(LoopHooks):
                 pending = write_pending_replay(run_dir, replay_arrays, steps, name)
         except Exception as exc:
             error = exc
-        parts: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object((own, error is None), parts, dst=0)
+        parts = self.comm.gather_object((own, error is None))
         written = False
-        if self.rank == 0 and all(ok for _, ok in parts):
+        if parts is not None and all(ok for _, ok in parts):
             try:
                 save_checkpoint(run_dir / "checkpoint.pt", {**shared, **own, "world_size": self.world_size,
                                                             "ranks": [o for o, _ in parts]})
@@ -430,8 +402,6 @@ class DistContext(LoopHooks):
     def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
                                                                              dict[str, np.ndarray] | None]:
         """This rank's entry of ``state["ranks"]`` and its own replay file."""
-        if not self.active:
-            return super().checkpoint_part(run_dir, state)
         own = state["ranks"][self.rank] if "ranks" in state else state  # an older checkpoint: rank 0's for all
         return own, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]), replay_name(self.rank))
 
@@ -463,8 +433,8 @@ class DistContext(LoopHooks):
             self.owns_group = False
 
 
-def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistContext:
-    """Form the data-parallel process group from torchrun's env vars; a 1-process context without them.
+def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistContext | None:
+    """Form the data-parallel process group from torchrun's env vars; None for one process (no such vars).
 
     Args:
         backend: ``auto`` (nccl when CUDA is available, else gloo), ``gloo`` or ``nccl``.
@@ -475,34 +445,35 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
     """
     env = rendezvous_env()
     if env["world_size"] == 1:
-        return DistContext()
+        return None
+    rank, world = env["rank"], env["world_size"]
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", env["local_rank"])
         torch.cuda.set_device(device)
-    ctx = DistContext(rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
-                      backend=backend, timeout_s=timeout_s, device=device)
+    ctx = DistContext(Collective(rank, world, device), local_rank=env["local_rank"], backend=backend,
+                      timeout_s=timeout_s)
     if dist.is_initialized():  # someone else formed it (e.g. a test harness): use it, do not destroy it
-        if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
+        if dist.get_world_size() != world or dist.get_rank() != rank:
             raise RuntimeError(f"a process group of world size {dist.get_world_size()} / rank {dist.get_rank()} "
-                               f"exists but the env says WORLD_SIZE={ctx.world_size} RANK={ctx.rank}")
+                               f"exists but the env says WORLD_SIZE={world} RANK={rank}")
         return ctx
     where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     try:
-        dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size,
+        dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         # init is lazy for some backends: a first collective proves every rank is there
         probe = torch.ones(1, device=device)
         dist.all_reduce(probe)
-        if int(probe.item()) != ctx.world_size:
-            raise RuntimeError(f"probe all-reduce gave {probe.item()}, expected {ctx.world_size}")
+        if int(probe.item()) != world:
+            raise RuntimeError(f"probe all-reduce gave {probe.item()}, expected {world}")
     except Exception as exc:
         if dist.is_initialized():
             dist.destroy_process_group()
         raise RuntimeError(
-            f"rank {ctx.rank}: could not form the {backend} process group of WORLD_SIZE={ctx.world_size} at "
+            f"rank {rank}: could not form the {backend} process group of WORLD_SIZE={world} at "
             f"{where} within {timeout_s:.0f} s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})."
             " Check that every rank was started (same --nproc_per_node/--nnodes), that MASTER_ADDR/MASTER_PORT "
             "are reachable from all nodes, and raise dist.timeout_s for slow starts."
@@ -520,7 +491,7 @@ def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool 
         ValueError: the ranks hold different configs, and what ``train`` raises.
     """
     ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)
-    if not ctx.active:
+    if ctx is None:
         return train(cfg, resume, overwrite)
     try:
         return train(ctx.prepare_config(cfg), resume, overwrite, hooks=ctx)
