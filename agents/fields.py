@@ -88,6 +88,41 @@ def convert(value: Any, hint: Any, name: str) -> Any:
     return out
 
 
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+_SCALARS: dict[Any, Any] = {
+    bool: lambda v: v if isinstance(v, bool) else _FAIL,
+    int: lambda v: int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else _FAIL,
+    Bound: lambda v: float(v) if _real(v) and not math.isnan(v) else _FAIL,
+    # inf/nan in a config is a typo or an overflow, never a setting
+    float: lambda v: float(v) if _real(v) and math.isfinite(v) else _FAIL,
+    str: lambda v: v if isinstance(v, str) else _FAIL,
+}
+
+
+def _convert_union(value: Any, args: tuple[Any, ...]) -> Any:
+    if value is None:
+        return None if type(None) in args else _FAIL
+    for a in args:
+        if a is not type(None) and (out := _convert(value, a)) is not _FAIL:
+            return out
+    return _FAIL
+
+
+def _convert_sequence(value: Any, origin: type, args: tuple[Any, ...]) -> Any:
+    if not isinstance(value, (list, tuple)):
+        return _FAIL
+    if origin is tuple and Ellipsis not in args and args:  # a fixed-length tuple
+        if len(args) != len(value):
+            return _FAIL
+        items = [_convert(v, a) for v, a in zip(value, args, strict=True)]
+    else:
+        items = [_convert(v, args[0]) if args else v for v in value]
+    return _FAIL if any(i is _FAIL for i in items) else origin(items)
+
+
 def _convert(value: Any, hint: Any) -> Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
@@ -95,36 +130,13 @@ def _convert(value: Any, hint: Any) -> Any:
     if origin is Literal:
         return next((a for a in args if isinstance(value, type(a)) and value == a), _FAIL)
     if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None if type(None) in args else _FAIL
-        for a in args:
-            if a is not type(None) and (out := _convert(value, a)) is not _FAIL:
-                return out
-        return _FAIL
+        return _convert_union(value, args)
     if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            return _FAIL
-        if origin is tuple and Ellipsis not in args and args:
-            if len(args) != len(value):
-                return _FAIL
-            items = [_convert(v, a) for v, a in zip(value, args, strict=True)]
-        else:
-            items = [_convert(v, args[0]) if args else v for v in value]
-        return _FAIL if any(i is _FAIL for i in items) else origin(items)
+        return _convert_sequence(value, origin, args)
     if origin is dict or hint is dict:
         return value if isinstance(value, Mapping) else _FAIL
-    if hint is bool:
-        return value if isinstance(value, bool) else _FAIL
-    if hint is int:
-        return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _FAIL
-    if hint is Bound:
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
-        return float(value) if ok else _FAIL
-    if hint is float:  # inf/nan in a config is a typo or an overflow, never a setting
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        return float(value) if ok else _FAIL
-    if hint is str:
-        return value if isinstance(value, str) else _FAIL
+    if hint in _SCALARS:
+        return _SCALARS[hint](value)
     if isinstance(hint, type):
         return value if isinstance(value, hint) else _FAIL
     return value
