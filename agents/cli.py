@@ -68,55 +68,42 @@ def _after_write_error(exc: OSError) -> str:
     return "; free space, then start the run again (no checkpoint was written yet)"
 
 
-def train_main(argv: list[str] | None = None) -> int:
-    parser = train_parser()
-    args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
-    if args.config is not None and "=" in args.config:  # only overrides were given
-        args.overrides.insert(0, args.config)
-        args.config = None
+def _resumed_config(args: argparse.Namespace) -> Config | None:
+    """The config of the run ``args.resume`` continues, with ``args.overrides``; None when that run is complete
+    (said on stdout).
 
-    from .config import config_yaml, load_config, resume_config
+    Raises:
+        ValueError: options that contradict a resume, a file given for the run directory, a total below the
+            steps done; FileNotFoundError: no checkpoint there.
+    """
+    from .config import resume_config
+    from .run.checkpoint import load_checkpoint
 
-    try:
-        if args.resume:
-            from .run.checkpoint import load_checkpoint
+    if args.overwrite:
+        raise ValueError("--overwrite starts a fresh run; it cannot be combined with --resume")
+    if args.config is not None:
+        raise ValueError(f"--resume {args.resume} continues the run with its own config: drop the config "
+                         f"{args.config!r} (key=value overrides are allowed)")
+    if os.path.isfile(args.resume):  # her-eval takes a checkpoint file; --resume takes the whole run
+        raise ValueError(f"--resume takes the run directory, got the file {args.resume}: use --resume "
+                         f"{os.path.dirname(args.resume) or '.'}")
+    saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
+    cfg = resume_config(saved["config"], args.overrides)  # the run's config, then the overrides
+    done, total = saved["counters"]["env_steps"], cfg.train.total_env_steps
+    if done > total and any(o.partition("=")[0].strip() == "train.total_env_steps" for o in args.overrides):
+        raise ValueError(f"train.total_env_steps must be above the {done} env steps the run in "
+                         f"{args.resume} has done, got {total}")
+    if done >= total and not args.print_config:
+        print(f"her-train: the run in {args.resume} is complete ({done}/{total} env steps); raise "
+              "train.total_env_steps to continue it, e.g. train.total_env_steps=" + str(2 * total))
+        return None
+    return cfg
 
-            if args.overwrite:
-                raise ValueError("--overwrite starts a fresh run; it cannot be combined with --resume")
-            if args.config is not None:
-                raise ValueError(f"--resume {args.resume} continues the run with its own config: drop the config "
-                                 f"{args.config!r} (key=value overrides are allowed)")
-            if os.path.isfile(args.resume):  # her-eval takes a checkpoint file; --resume takes the whole run
-                raise ValueError(f"--resume takes the run directory, got the file {args.resume}: use --resume "
-                                 f"{os.path.dirname(args.resume) or '.'}")
-            saved = load_checkpoint(os.path.join(args.resume, "checkpoint.pt"))
-            cfg = resume_config(saved["config"], args.overrides)  # the run's config, then the overrides
-            done, total = saved["counters"]["env_steps"], cfg.train.total_env_steps
-            if done > total and any(o.partition("=")[0].strip() == "train.total_env_steps" for o in args.overrides):
-                raise ValueError(f"train.total_env_steps must be above the {done} env steps the run in "
-                                 f"{args.resume} has done, got {total}")
-            if done >= total and not args.print_config:
-                print(f"her-train: the run in {args.resume} is complete ({done}/{total} env steps); raise "
-                      "train.total_env_steps to continue it, e.g. train.total_env_steps=" + str(2 * total))
-                return 0
-        else:
-            cfg = load_config(args.config or DEFAULT_CONFIG, args.overrides)
-    except (ValueError, FileNotFoundError) as exc:  # one line, no usage text: the message says what to fix
-        print(f"her-train: error: {exc}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        return print_to_pipe(config_yaml(cfg))
 
-    from .run.logger import check_wandb_env
+def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
+    """Run the training; the exit status, with one line on stderr for what stopped it early."""
     from .run.run_control import TrainingStopped
-    from .run.video import check_gl_backend
 
-    try:
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
-        check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
-    except (RuntimeError, ValueError) as exc:
-        print(f"her-train: error: {exc}", file=sys.stderr)
-        return 2
     try:
         result = run_training(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingStopped as exc:
@@ -143,6 +130,31 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def train_main(argv: list[str] | None = None) -> int:
+    parser = train_parser()
+    args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
+    if args.config is not None and "=" in args.config:  # only overrides were given
+        args.overrides.insert(0, args.config)
+        args.config = None
+
+    from .config import config_yaml, load_config
+    from .run.logger import check_wandb_env
+    from .run.video import check_gl_backend
+
+    try:
+        cfg = _resumed_config(args) if args.resume else load_config(args.config or DEFAULT_CONFIG, args.overrides)
+        if cfg is None:
+            return 0
+        if args.print_config:
+            return print_to_pipe(config_yaml(cfg))
+        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
+        check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # one line, no usage text: the message says
+        print(f"her-train: error: {exc}", file=sys.stderr)  # what to fix
+        return 2
+    return _train_and_report(cfg, args)
+
+
 def eval_parser() -> argparse.ArgumentParser:
     """The ``her-eval`` argument parser (every option's help gives its default)."""
     parser = OneLineErrorParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
@@ -158,9 +170,9 @@ def eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def eval_main(argv: list[str] | None = None) -> int:
-    parser = eval_parser()
-    args = parser.parse_args(argv)
+def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """Refuse bad ``her-eval`` options (through ``parser.error``, which exits 2) before anything loads; returns
+    the line for an environment that cannot work (a video path that cannot be written, a bad ``MUJOCO_GL``)."""
     for flag, value in (("--episodes", args.episodes), ("--video-episodes", args.video_episodes)):
         if value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
@@ -168,30 +180,52 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
-    if args.video:  # before the evaluation, which the video would otherwise only follow
-        from .run.checkpoint import check_writable
-
-        try:
-            check_writable(args.video)
-        except OSError as exc:
-            print(f"her-eval: error: --video {args.video}: cannot write {exc.filename} ({exc.strerror})",
-                  file=sys.stderr)
-            return 2
     from .config import check_device
+    from .run.checkpoint import check_writable
+    from .run.video import check_gl_backend, default_headless_gl
 
     try:
         check_device(args.device, "--device")
     except ValueError as exc:
         parser.error(str(exc))
-
-    from .run.video import check_gl_backend, default_headless_gl
-
     if args.video:
+        try:
+            check_writable(args.video)  # before the evaluation, which the video would otherwise only follow
+        except OSError as exc:
+            return f"--video {args.video}: cannot write {exc.filename} ({exc.strerror})"
         default_headless_gl()  # before MuJoCo loads
     try:
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco` itself, video or not
     except RuntimeError as exc:
-        print(f"her-eval: error: {exc}", file=sys.stderr)
+        return str(exc)
+    return None
+
+
+def _record_video(agent, env_id: str, args: argparse.Namespace) -> int:
+    """Record ``args.video_episodes`` episodes of ``agent`` into ``args.video``; the exit status."""
+    from .run.video import record_episodes, write_video
+
+    try:
+        frames, successes = record_episodes(agent, env_id, n_episodes=args.video_episodes, seed=args.seed)
+    except RuntimeError as exc:
+        print(f"her-eval: no video: {exc}", file=sys.stderr)
+        return 1
+    try:
+        write_video(args.video, frames)
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"her-eval: cannot write {args.video}: {exc}", file=sys.stderr)
+        return 1
+    print(f"video: {args.video} ({len(frames)} frames, {frames.shape[2]}x{frames.shape[1]}, "
+          f"successes {successes})")
+    return 0
+
+
+def eval_main(argv: list[str] | None = None) -> int:
+    parser = eval_parser()
+    args = parser.parse_args(argv)
+    problem = _check_eval_args(parser, args)
+    if problem:
+        print(f"her-eval: error: {problem}", file=sys.stderr)
         return 2
 
     import torch
@@ -220,23 +254,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "
           f"success rate {ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
           f"mean final distance {ev['final_distance']:.4f}")
-    if args.video:
-        from .run.video import record_episodes, write_video
-
-        try:
-            frames, successes = record_episodes(agent, cfg["env"]["id"], n_episodes=args.video_episodes,
-                                                seed=args.seed)
-        except RuntimeError as exc:
-            print(f"her-eval: no video: {exc}", file=sys.stderr)
-            return 1
-        try:
-            write_video(args.video, frames)
-        except (OSError, ValueError, RuntimeError) as exc:
-            print(f"her-eval: cannot write {args.video}: {exc}", file=sys.stderr)
-            return 1
-        print(f"video: {args.video} ({len(frames)} frames, {frames.shape[2]}x{frames.shape[1]}, "
-              f"successes {successes})")
-    return 0
+    return _record_video(agent, cfg["env"]["id"], args) if args.video else 0
 
 
 if __name__ == "__main__":
