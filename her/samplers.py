@@ -381,7 +381,7 @@ class PrioritizedSampler:
     def _set(self, slots: np.ndarray, priorities: np.ndarray, top: float) -> None:
         # slots in range, priorities finite and > 0, top their max: checked and computed by the callers
         if len(priorities):
-            self.sum_tree._write(slots, priorities)
+            self.sum_tree.write_trusted(slots, priorities)
             self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
 
     def _rerank(self) -> None:

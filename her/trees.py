@@ -112,10 +112,11 @@ class SegmentTree:
         lo, hi = idx.min(), idx.max()
         if lo < 0 or hi >= self.capacity:
             raise IndexError(f"tree indices must be in [0, {self.capacity}), got [{lo}, {hi}]")
-        self._write(idx, values)
+        self.write_trusted(idx, values)
 
-    def _write(self, idx: np.ndarray, values: np.ndarray | float) -> None:
-        """``update`` without the checks: ``idx`` int64 [B] in range, ``values`` valid for this tree."""
+    def write_trusted(self, idx: np.ndarray, values: np.ndarray | float) -> None:
+        """``update`` without the checks, for a caller that made them (the prioritized sampler): ``idx`` int64
+        [B] in range, ``values`` valid for this tree."""
         self._levels[self.depth][idx] = values
         k = self.branching
         for d in range(self.depth - 1, self._top - 1, -1):
@@ -214,14 +215,14 @@ class SumTree(SegmentTree):
             raise ValueError(f"priorities must be finite and >= 0, got {bad.tolist()}")
         super().update(indices, v)
 
-    def _write(self, idx: np.ndarray, values: np.ndarray | float) -> None:
+    def write_trusted(self, idx: np.ndarray, values: np.ndarray | float) -> None:
         m = self._min if self.track_min else None
         if m is None:
-            super()._write(idx, values)
+            super().write_trusted(idx, values)
             return
         leaves = self._levels[self.depth]
         held = leaves[idx] == m  # leaves that held the minimum before the write
-        super()._write(idx, values)
+        super().write_trusted(idx, values)
         stored = leaves[idx]  # the values as written (a repeated index keeps its last value)
         low = stored.min()
         if low == 0.0:  # emptied leaves never count: filtered only for a write that empties one (no `min(where=)`)

@@ -507,8 +507,9 @@ def test_compiled_update_matches_eager_and_keeps_checkpoint_keys():
         agent.update_normalizer(batch.observation, batch.desired_goal)
         metrics[compiled] = [agent.update(batch) for _ in range(2)]
         agents[compiled] = agent
-    assert agents[True].loss_fn("_critic_loss").compiled_ok is True
-    assert agents[True].loss_fn("_policy_loss").compiled_ok is True
+    fast = agents[True]
+    assert fast.loss_fn(fast._critic_loss).compiled_ok is True
+    assert fast.loss_fn(fast._policy_loss).compiled_ok is True
     for eager, comp in zip(metrics[False], metrics[True]):
         assert comp["critic_loss"] == pytest.approx(eager["critic_loss"], rel=1e-4, abs=1e-6)
         assert comp["actor_loss"] == pytest.approx(eager["actor_loss"], rel=1e-4, abs=1e-6)
@@ -532,7 +533,7 @@ def test_compiled_sac_learns_a_fixed_target_in_bf16():
     first = agent.update(batch)
     for _ in range(200):
         last = agent.update(batch)
-    assert agent.loss_fn("_critic_loss").compiled_ok and agent.loss_fn("_policy_loss").compiled_ok
+    assert agent.loss_fn(agent._critic_loss).compiled_ok and agent.loss_fn(agent._policy_loss).compiled_ok
     assert last["critic_loss"] < 0.1 * first["critic_loss"]
     assert np.isfinite(last["actor_loss"]) and last["td_error"].dtype == np.float32
 
@@ -559,7 +560,7 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         agent.update(batch)  # warned once per function, then eager for good
-    assert agent.loss_fn("_critic_loss").compiled_ok is False
+    assert agent.loss_fn(agent._critic_loss).compiled_ok is False
 
 
 def test_td3_checkpoint_keeps_the_actor_loss_reported_between_delayed_steps():

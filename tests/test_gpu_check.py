@@ -68,7 +68,7 @@ def test_compile_mode_is_reduce_overhead_only_on_cuda(monkeypatch):
     assert calls == [{"dynamic": False}, {"dynamic": False}]  # the CPU path: exactly as before CUDA graphs
     agent.device = torch.device("cuda")  # only the choice: nothing runs there
     agent._compiled_fns.clear()
-    fn = agent.loss_fn("_critic_loss")
+    fn = agent.loss_fn(agent._critic_loss)
     assert agent.compile_mode() == "reduce-overhead" and fn.mode == "reduce-overhead"
     assert calls[-1] == {"dynamic": False, "mode": "reduce-overhead"}
 
@@ -223,7 +223,8 @@ def test_cuda_graphs_compiled_update_matches_eager_on_cuda():
         metrics[compiled] = [agent.update(batch) for _ in range(5)]
         agents[compiled] = agent
     assert agents[True].compile_mode() == "reduce-overhead"
-    assert agents[True].loss_fn("_critic_loss").compiled_ok and agents[True].loss_fn("_policy_loss").compiled_ok
+    fast = agents[True]
+    assert fast.loss_fn(fast._critic_loss).compiled_ok and fast.loss_fn(fast._policy_loss).compiled_ok
     skips, graphs = cuda_graph_counts()
     assert skips == skips_before, "a compiled update ran without CUDA graphs (TORCH_LOGS=perf_hints says why)"
     assert graphs is None or graphs >= 2
@@ -249,7 +250,7 @@ def test_cuda_graphs_bf16_update_of_each_algo(algo):
     assert agent.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
     agent.update_normalizer(batch["observation"], batch["desired_goal"])
     metrics = [agent.update(batch) for _ in range(6)]
-    assert agent.loss_fn("_critic_loss").compiled_ok and agent.loss_fn("_policy_loss").compiled_ok
+    assert agent.loss_fn(agent._critic_loss).compiled_ok and agent.loss_fn(agent._policy_loss).compiled_ok
     for m in metrics:
         assert m["td_error"].shape == (64,) and m["td_error"].dtype == np.float32
         assert all(np.isfinite(v) for k, v in m.items() if k != "td_error")

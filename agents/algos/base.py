@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import typing
 import warnings
@@ -476,7 +476,7 @@ class GoalConditionedAgentBase:
         """Mean, std and clip bounds of observation and goal side by side, float32 ``[S]`` each; cached until a
         normalizer's statistics (new arrays on every change) or clip settings change."""
         on, gn = self.obs_normalizer, self.goal_normalizer
-        arrays = (on._mean32, on._std32, gn._mean32, gn._std32)
+        arrays = (on.mean32, on.std32, gn.mean32, gn.std32)
         clips = (on.clip_obs, gn.clip_obs, on.clip_range, gn.clip_range)
         cached = self.__dict__.get("_state_stats")
         if cached is not None and all(a is b for a, b in zip(cached[0], arrays)) and cached[1] == clips:
@@ -487,7 +487,7 @@ class GoalConditionedAgentBase:
                                    np.broadcast_to(goal_part, self.goal_dim)]).astype(np.float32)
 
         clip_obs, clip_range = joined(on.clip_obs, gn.clip_obs), joined(on.clip_range, gn.clip_range)
-        stats = (joined(on._mean32, gn._mean32), joined(on._std32, gn._std32), -clip_obs, clip_obs, -clip_range,
+        stats = (joined(on.mean32, gn.mean32), joined(on.std32, gn.std32), -clip_obs, clip_obs, -clip_range,
                  clip_range)
         self._state_stats = (arrays, clips, stats)
         return stats
@@ -529,17 +529,17 @@ class GoalConditionedAgentBase:
                 action[rows] = self.rng.uniform(-1.0, 1.0, size=(int(rows.sum()), self.action_dim))
         return action.astype(np.float32, copy=False)
 
-    def loss_fn(self, name: str):
-        """The bound method ``name`` (one of the agent's loss functions, called from ``update()``), wrapped in
-        ``torch.compile`` when ``config.compile`` is set (see :class:`CompiledOrEager`; mode
-        :meth:`compile_mode`), else as is."""
+    def loss_fn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (a bound loss method of this agent, called from ``update()``), wrapped in ``torch.compile`` when
+        ``config.compile`` is set (see :class:`CompiledOrEager`; mode :meth:`compile_mode`), else as is. The
+        compiled function is built once per method and reused."""
         if not self.config.compile:
-            return getattr(self, name)
+            return fn
+        name = fn.__name__
         fns = self.__dict__.setdefault("_compiled_fns", {})
         if name not in fns:
             failed = self.__dict__.setdefault("_compile_failed", [False])  # shared by this agent's functions
-            fns[name] = CompiledOrEager(getattr(self, name), f"{type(self).__name__}.{name}", failed,
-                                        mode=self.compile_mode())
+            fns[name] = CompiledOrEager(fn, f"{type(self).__name__}.{name}", failed, mode=self.compile_mode())
         return fns[name]
 
     def compile_mode(self) -> str | None:

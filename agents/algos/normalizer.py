@@ -84,7 +84,8 @@ class RunningNormalizer:
     def _sync_torch(self) -> None:
         self.mean_t = torch.as_tensor(self.mean, dtype=torch.float32).to(self.device)
         self.std_t = torch.as_tensor(self.std, dtype=torch.float32).to(self.device)
-        self._mean32, self._std32 = self.mean.astype(np.float32), self.std.astype(np.float32)
+        # float32 copies for numpy acting: new arrays at every change (an agent caches what it derives from them)
+        self.mean32, self.std32 = self.mean.astype(np.float32), self.std.astype(np.float32)
 
     # ---------------------------------------------------------------- normalizing
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,8 +98,8 @@ class RunningNormalizer:
         # np.minimum/np.maximum: np.clip has a larger per-call overhead on the one-row arrays of acting
         x = np.maximum(np.asarray(x, dtype=np.float32), -self.clip_obs)
         np.minimum(x, self.clip_obs, out=x)
-        x -= self._mean32
-        x /= self._std32
+        x -= self.mean32
+        x /= self.std32
         np.maximum(x, -self.clip_range, out=x)
         return np.minimum(x, self.clip_range, out=x)
 

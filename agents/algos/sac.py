@@ -114,13 +114,13 @@ class SACAgent(GoalConditionedAgentBase):
         state = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
 
-        critic_loss, reported_critic_loss, q_mean, td_error = self.loss_fn("_critic_loss")(b, state, alpha)
+        critic_loss, reported_critic_loss, q_mean, td_error = self.loss_fn(self._critic_loss)(b, state, alpha)
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
 
         freeze(self.params(self.critic), True)
-        actor_loss, log_prob = self.loss_fn("_policy_loss")(state, alpha)
+        actor_loss, log_prob = self.loss_fn(self._policy_loss)(state, alpha)
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()

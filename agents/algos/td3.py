@@ -95,7 +95,7 @@ class TD3Agent(GoalConditionedAgentBase):
         b = self.batch_to_tensors(batch)
         state = self.preprocess(b.observation, b.desired_goal)
 
-        critic_loss, q, td_error = self.loss_fn("_critic_loss")(b, state)
+        critic_loss, q, td_error = self.loss_fn(self._critic_loss)(b, state)
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
@@ -104,7 +104,7 @@ class TD3Agent(GoalConditionedAgentBase):
         # --- delayed actor step, then targets
         if self.num_updates % cfg.policy_delay == 0:
             freeze(self.params(self.critic), True)
-            actor_loss = self.loss_fn("_policy_loss")(state)
+            actor_loss = self.loss_fn(self._policy_loss)(state)
             self.actor_optim.zero_grad(set_to_none=True)
             actor_loss.backward()
             self.actor_optim.step()
