@@ -17,6 +17,7 @@ import netrc
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,27 +179,39 @@ class RunLogger:
             return wandb.init(mode=mode, settings=settings, **kwargs)
 
         if self.mode == "online":
+            run = self._init_online(init, inherited, float(w.init_timeout_s))
+            if run is not None:
+                return run
+        return self._init_offline(init, inherited, max(float(w.init_timeout_s), OFFLINE_INIT_TIMEOUT_S))
+
+    def _init_online(self, init: Callable[[str, float], Any], inherited: _InheritedService, timeout: float) -> Any:
+        """The online run, or None after one warning line, having switched ``self.mode`` to offline."""
+        import wandb
+
+        for attempt in range(2):
             try:
-                try:
-                    return init("online", float(w.init_timeout_s))
-                except Exception:
-                    if not inherited.drop():
-                        raise
-                return init("online", float(w.init_timeout_s))  # with this process's own service
+                return init("online", timeout)
             except Exception as exc:  # wandb.errors.Error and anything else: W&B must never stop training
+                if attempt == 0 and inherited.drop():
+                    continue  # again, with this process's own service
                 tqdm.write(f"W&B: cannot log online ({_first_line(exc)}); logging offline to "
                            f"{self.run_dir / 'wandb'} instead (upload later with `wandb sync "
                            f"{self.run_dir / 'wandb'}/offline-run-*`)")
-                self.mode = "offline"
-                # The failed online stream keeps holding the run id in this process's W&B service (a resumed
-                # run's offline init would then fail with "run ID is in use"): shut that service down first.
-                with contextlib.suppress(Exception):
-                    wandb.teardown()
-        # An offline init can fail too, e.g. "run ID is in use" while the W&B service of a killed process that
-        # logged to this run has not yet noticed: retry for a while, then train without W&B.
-        # No network is involved offline: a slow start means a busy machine (a CI runner), not a dead server, so
-        # it gets longer than the online timeout before the run goes on without W&B.
-        limit = max(float(w.init_timeout_s), OFFLINE_INIT_TIMEOUT_S)
+                break
+        self.mode = "offline"
+        # The failed online stream keeps holding the run id in this process's W&B service (a resumed run's
+        # offline init would then fail with "run ID is in use"): shut that service down first.
+        with contextlib.suppress(Exception):
+            wandb.teardown()
+        return None
+
+    def _init_offline(self, init: Callable[[str, float], Any], inherited: _InheritedService, limit: float) -> Any:
+        """The run in ``self.mode`` (offline or disabled), retried until ``limit`` s have passed; None (and
+        ``self.mode`` disabled, one warning line) when it never starts.
+
+        An offline init can fail too, e.g. "run ID is in use" while the W&B service of a killed process that
+        logged to this run has not yet noticed. No network is involved offline: a slow start means a busy machine
+        (a CI runner), not a dead server, so ``limit`` is longer than the online timeout."""
         deadline = time.monotonic() + limit
         while True:
             try:
