@@ -27,6 +27,8 @@ from .tools import OneLineErrorParser, print_to_pipe
 
 __all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
+DEFAULT_OUT = "learning_curves.png"
+
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     """Columns of ``<run_dir>/metrics.csv`` (or a CSV path) as float arrays (empty cells are NaN).
@@ -209,6 +211,21 @@ def _save(fig: Any, out: str | Path) -> Path:
     return out
 
 
+def _write_text(text: str, out: str | Path) -> Path:
+    """Write ``text`` (and a final newline) to ``out``, its directory created, through a temporary file."""
+    out = Path(out)
+    if out.parent.exists() and not out.parent.is_dir():  # mkdir would say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out.parent))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        tmp.write_text(text.rstrip("\n") + "\n")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
 def _steps_to(r: dict[str, np.ndarray], level: float, metric: str) -> float:
     hit = np.flatnonzero(r[metric] >= level)
     return float(r["env_steps"][hit[0]]) if hit.size else np.nan
@@ -300,8 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--label", metavar="NAME", action="append",
                         help="name of the curve of the run directories before it, repeatable (default: the run "
                              "directory's name for a single run, 'runs' for several)")
-    parser.add_argument("--out", default="learning_curves.png", metavar="PNG",
-                        help="PNG to write (default: %(default)s)")
+    parser.add_argument("--out", metavar="FILE",
+                        help="the image to write (default: learning_curves.png); with --table, the file the "
+                             "markdown table goes to (default: stdout)")
     parser.add_argument("--metric", default="eval/success_rate", metavar="M",
                         help="metrics.csv column to plot (default: %(default)s)")
     parser.add_argument("--title", metavar="T", help="figure title (default: none)")
@@ -372,6 +390,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.table is None:
         from matplotlib.backend_bases import FigureCanvasBase
 
+        args.out = args.out or DEFAULT_OUT
         kinds = FigureCanvasBase.get_supported_filetypes()
         suffix = Path(args.out).suffix.lstrip(".").lower()
         if suffix not in kinds:
@@ -399,12 +418,15 @@ def main(argv: list[str] | None = None) -> int:
         for note in group_notes(groups):
             print(note, file=sys.stderr)
         if args.table is not None:
-            return print_to_pipe(results_table(groups, args.table, levels=tuple(args.levels), metric=args.metric))
-        fig = _figure(groups, args.metric, args.title)
+            table = results_table(groups, args.table, levels=tuple(args.levels), metric=args.metric)
+            if not args.out:
+                return print_to_pipe(table)
+        else:
+            fig = _figure(groups, args.metric, args.title)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(str(exc))
     try:
-        out = _save(fig, args.out)
+        out = _save(fig, args.out) if args.table is None else _write_text(table, args.out)
     except OSError as exc:  # a directory that cannot be written, a full disk
         print(f"her-plot: error: --out {args.out}: cannot write {exc.filename or args.out} "
               f"({exc.strerror or exc})", file=sys.stderr)

@@ -152,6 +152,15 @@ def test_her_plot_table_gives_steps_to_each_level_and_success_at_given_steps(run
     assert rows["b-s0"][:4] == ["4k", "-", "0.10", "0.30"]
 
 
+def test_her_plot_table_with_out_writes_the_table_to_that_file(runs, tmp_path, capsys):
+    assert main([str(runs[0]), "--table", "2000"]) == 0
+    printed = capsys.readouterr().out
+    out = tmp_path / "tables" / "a.md"
+    assert main([str(runs[0]), "--table", "2000", "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    assert out.read_text() == printed and printed.startswith("| run | to 0.5 |")
+
+
 def test_her_plot_table_levels_and_a_step_before_the_first_evaluation(runs, capsys):
     assert main([str(runs[0]), "--table", "0", "2000", "--levels", "0.4", "0.7"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

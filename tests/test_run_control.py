@@ -433,6 +433,11 @@ def test_a_signal_is_acknowledged_at_once_with_what_the_stop_waits_for(capfd):
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.1)
+    with run_control.GracefulStop() as stop:  # a SIGTERM comes from a scheduler or kill, not a keyboard
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert capfd.readouterr().err == ("\nher-train: SIGTERM received: stopping after the current env step "
+                                          "(a second SIGTERM stops at once)\n")
     with run_control.GracefulStop(announce=False) as stop:  # data-parallel ranks > 0: rank 0 says it
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.1)

@@ -186,7 +186,8 @@ class GracefulStop:
         self.signum = signum
         if self.announce:  # os.write: print() could be interrupted mid-write to the same stream
             until = f"once {self.busy} is done" if self.busy else "after the current env step"
-            os.write(2, f"\nher-train: {signal.Signals(signum).name} received: stopping {until} (Ctrl-C again "
+            again = "Ctrl-C again" if signum == signal.SIGINT else f"a second {signal.Signals(signum).name}"
+            os.write(2, f"\nher-train: {signal.Signals(signum).name} received: stopping {until} ({again} "
                         "stops at once)\n".encode())
 
     def __enter__(self) -> GracefulStop:
