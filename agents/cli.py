@@ -237,7 +237,7 @@ def eval_main(argv: list[str] | None = None) -> int:
 
     try:
         state = load_checkpoint(args.checkpoint)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # load_checkpoint's message names the file and what is wrong
         parser.error(str(exc))
     except Exception as exc:
         parser.error(f"{args.checkpoint} is not a readable her-robotics checkpoint ({type(exc).__name__}: {exc})")
