@@ -496,23 +496,36 @@ NEEDS_CXX = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "
 
 
 @NEEDS_CXX
-def test_compiled_update_matches_eager_and_keeps_checkpoint_keys():
-    """agent.compile (DDPG, no sampling noise in the update): the same initial weights give the same losses, TD
-    errors and weights after two updates as eager, and the state dict has the eager agent's keys."""
+@pytest.mark.parametrize("algo, whole, extra", [
+    ("ddpg", True, {}),
+    ("ddpg", False, {}),  # the loss functions alone, as under data-parallel training
+    ("td3", True, {"policy_noise": 0.0, "policy_delay": 2}),  # twin critics, an update without an actor step
+])
+def test_compiled_update_matches_eager_and_keeps_checkpoint_keys(algo, whole, extra):
+    """agent.compile (no sampling noise in the update): the same initial weights give the same losses, TD errors,
+    weights and Adam state after three updates as eager, and the state dict has the eager agent's keys. On the CPU
+    the whole update is one graph (losses, gradients, Adam steps, polyak); with ``whole_update_ok`` off only the
+    loss functions are compiled."""
     batch = make_batch(32)
     agents, metrics = {}, {}
     for compiled in (False, True):
         torch.manual_seed(0)
-        agent = make_agent("ddpg", OBS, GOAL, ACT, compile=compiled, layer_norm=True, **SMALL)
+        agent = make_agent(algo, OBS, GOAL, ACT, compile=compiled, layer_norm=True, **extra, **SMALL)
+        agent.whole_update_ok = whole
         agent.update_normalizer(batch.observation, batch.desired_goal)
-        metrics[compiled] = [agent.update(batch) for _ in range(2)]
+        metrics[compiled] = [agent.update(batch) for _ in range(3)]
         agents[compiled] = agent
     fast = agents[True]
-    assert fast.loss_fn(fast._critic_loss).compiled_ok is True
-    assert fast.loss_fn(fast._policy_loss).compiled_ok is True
+    assert fast.compiles_whole_update() is whole
+    if whole:
+        assert fast.whole_update(fast._whole_step).compiled_ok is True
+    else:
+        assert fast.loss_fn(fast._critic_loss).compiled_ok is True
+        assert fast.loss_fn(fast._policy_loss).compiled_ok is True
     for eager, comp in zip(metrics[False], metrics[True]):
-        assert comp["critic_loss"] == pytest.approx(eager["critic_loss"], rel=1e-4, abs=1e-6)
-        assert comp["actor_loss"] == pytest.approx(eager["actor_loss"], rel=1e-4, abs=1e-6)
+        assert comp.keys() == eager.keys()
+        for k in ("critic_loss", "actor_loss", "q_mean"):
+            assert comp[k] == pytest.approx(eager[k], rel=1e-4, abs=1e-6), k
         np.testing.assert_allclose(comp["td_error"], eager["td_error"], rtol=1e-4, atol=1e-5)
     assert agents[True].state_dict().keys() == agents[False].state_dict().keys()
     for name, net in agents[True].networks().items():
@@ -520,6 +533,14 @@ def test_compiled_update_matches_eager_and_keeps_checkpoint_keys():
         assert net.state_dict().keys() == ref.keys()
         for k, t in net.state_dict().items():
             torch.testing.assert_close(t, ref[k], rtol=1e-4, atol=1e-5)
+    for name, opt in agents[True].optimizers().items():  # torch.optim.Adam's state, so checkpoints are unchanged
+        ref = agents[False].optimizers()[name].state_dict()
+        got = opt.state_dict()
+        assert got["state"].keys() == ref["state"].keys() and got["param_groups"] == ref["param_groups"]
+        for i, st in got["state"].items():
+            assert st.keys() == ref["state"][i].keys()
+            for k, t in st.items():
+                torch.testing.assert_close(t, ref["state"][i][k], rtol=1e-4, atol=1e-6)
     pickle.dumps(agents[True])  # the compiled functions are a cache, left out of pickles
 
 
@@ -533,7 +554,7 @@ def test_compiled_sac_learns_a_fixed_target_in_bf16():
     first = agent.update(batch)
     for _ in range(200):
         last = agent.update(batch)
-    assert agent.loss_fn(agent._critic_loss).compiled_ok and agent.loss_fn(agent._policy_loss).compiled_ok
+    assert agent.compiles_whole_update() and agent.whole_update(agent._whole_step).compiled_ok
     assert last["critic_loss"] < 0.1 * first["critic_loss"]
     assert np.isfinite(last["actor_loss"]) and last["td_error"].dtype == np.float32
 
@@ -551,7 +572,7 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     with pytest.warns(RuntimeWarning) as record:
         first = agent.update(batch)
     assert [str(w.message) for w in record] == [  # one warning: the actor loss then runs eagerly without trying
-        "agent.compile: torch.compile of DDPGAgent._critic_loss failed, the update runs eagerly "
+        "agent.compile: torch.compile of DDPGAgent._whole_step failed, the update runs eagerly "
         "(RuntimeError: InvalidCxxCompiler: No working C++ compiler found)"
     ]
     torch.manual_seed(0)
@@ -559,8 +580,8 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     assert first["critic_loss"] == eager.update(batch)["critic_loss"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        agent.update(batch)  # warned once per function, then eager for good
-    assert agent.loss_fn(agent._critic_loss).compiled_ok is False
+        agent.update(batch)  # warned once, then eager for good
+    assert agent.whole_update(agent._whole_step).compiled_ok is False
 
 
 def test_td3_checkpoint_keeps_the_actor_loss_reported_between_delayed_steps():

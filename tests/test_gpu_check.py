@@ -65,7 +65,7 @@ def test_compile_mode_is_reduce_overhead_only_on_cuda(monkeypatch):
     agent = small_agent("ddpg", compile=True)
     agent.update(make_batch())
     assert agent.compile_mode() is None
-    assert calls == [{"dynamic": False}, {"dynamic": False}]  # the CPU path: exactly as before CUDA graphs
+    assert calls == [{"dynamic": False}]  # the CPU path: the whole update, one graph, static shapes
     agent.device = torch.device("cuda")  # only the choice: nothing runs there
     agent._compiled_fns.clear()
     fn = agent.loss_fn(agent._critic_loss)

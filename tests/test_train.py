@@ -133,10 +133,10 @@ def test_compile_is_announced_and_a_failed_compile_is_one_line_that_training_sur
     monkeypatch.setattr(torch, "compile", failing_compile)
     result = train(_small_cfg(tmp_path / "run", "algo=sac", "agent.compile=true"))
     out = capsys.readouterr().out.splitlines()
-    assert ("agent.compile: compiling the update's loss functions (the first update takes 15-40 s on an idle core, "
-            "minutes on a busy one)") in out
+    assert ("agent.compile: compiling the update (the first update takes 20-60 s on an idle core, minutes on a busy "
+            "one)") in out
     failed = [line for line in out if "torch.compile" in line and "failed" in line]
-    assert failed == ["RuntimeWarning: agent.compile: torch.compile of SACAgent._critic_loss failed, the update runs "
+    assert failed == ["RuntimeWarning: agent.compile: torch.compile of SACAgent._whole_step failed, the update runs "
                       "eagerly (RuntimeError: InvalidCxxCompiler: No working C++ compiler found)"]
     assert result.history[-1]["updates"] > 0 and result.env_steps == 300
 

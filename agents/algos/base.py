@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import typing
@@ -151,11 +152,13 @@ class AgentConfig:
     multiplies bf16 natively (:func:`resolve_precision`) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
     bf16 matmuls are emulated and many times slower than fp32."""
     compile: bool = False
-    """Run the loss functions of ``update()`` (critic and actor losses, forward and backward) through
-    ``torch.compile`` (Inductor), which fuses the LayerNorm, activation and bf16-cast kernels between the matmuls.
-    The first update pays for compilation (15-40 s on a CPU; Inductor caches it on disk); on a CPU it needs a
-    C++ compiler. Where compilation fails, one warning says why and the agent runs eagerly. Off by default; the
-    Push, PickAndPlace and Slide configs set it."""
+    """Compile ``update()`` with ``torch.compile`` (Inductor), which fuses the LayerNorm, activation, bf16-cast and
+    optimizer kernels between the matmuls. On a CPU the whole update is one graph: losses, gradients, Adam steps and
+    the polyak update, with no Python, autograd-engine or optimizer overhead between them (data-parallel training
+    compiles the losses only, as it averages gradients before each optimizer step); on a CUDA device the loss
+    functions (forward and backward) run under CUDA graphs. The first update pays for compilation (20-60 s on a
+    CPU; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where compilation fails, one warning says why
+    and the agent runs eagerly. Off by default; the Push, PickAndPlace and Slide configs set it."""
 
     def __post_init__(self) -> None:
         """Converts each field to its annotated type (``hidden`` and ``q_clip`` become tuples, ints become floats
@@ -317,12 +320,20 @@ class CompiledOrEager:
     ``mode``: ``torch.compile``'s mode, None (the default mode) unless given. On a CUDA device the agent passes
     ``"reduce-overhead"`` (:meth:`GoalConditionedAgentBase.compile_mode`): Inductor's kernels are recorded once
     into CUDA graphs (CUDAGraph Trees) and replayed, forward and backward, so an update launches a few graphs
-    instead of hundreds of small kernels. The shapes are static (``dynamic=False``: one batch size per run)."""
+    instead of hundreds of small kernels. The shapes are static (``dynamic=False``: one batch size per run).
 
-    def __init__(self, fn, name: str, failed: list[bool], mode: str | None = None) -> None:
+    ``trace_autograd``: trace ``torch.autograd.grad`` calls into the graph (Dynamo's ``trace_autograd_ops``)
+    instead of breaking it there; the whole-update functions (:meth:`GoalConditionedAgentBase.fused_update`) need it.
+    """
+
+    def __init__(self, fn, name: str, failed: list[bool], mode: str | None = None,
+                 trace_autograd: bool = False) -> None:
         self.fn, self.name, self.failed, self.compiled_ok, self.mode = fn, name, failed, None, mode
         # the CPU path passes exactly dynamic=False, as before CUDA graphs were added
-        self._compiled = torch.compile(fn, dynamic=False, **({"mode": mode} if mode else {}))
+        compiled = torch.compile(fn, dynamic=False, **({"mode": mode} if mode else {}))
+        if trace_autograd:  # the setting is read while tracing, i.e. inside the call
+            compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
+        self._compiled = compiled
 
     def __call__(self, *args, **kwargs):
         if self.compiled_ok:
@@ -542,6 +553,74 @@ class GoalConditionedAgentBase:
             fns[name] = CompiledOrEager(fn, f"{type(self).__name__}.{name}", failed, mode=self.compile_mode())
         return fns[name]
 
+    # ------------------------------------------------------------------ the whole update as one graph
+    def compiles_whole_update(self) -> bool:
+        """Whether ``update()`` runs as one compiled graph (:meth:`whole_update`): ``config.compile`` on a CPU
+        device, :attr:`whole_update_ok` set, and every optimizer a one-group Adam without weight decay, amsgrad
+        or maximize (the step the graph applies). Elsewhere the loss functions alone are compiled
+        (:meth:`loss_fn`), as on a CUDA device, where CUDA graphs already remove the launch overhead."""
+        if not (self.config.compile and self.whole_update_ok and self.device.type == "cpu"):
+            return False
+        return all(len(o.param_groups) == 1 and not o.param_groups[0]["weight_decay"]
+                   and not o.param_groups[0]["amsgrad"] and not o.param_groups[0]["maximize"]
+                   for o in self.optimizers().values())
+
+    #: set False by code that must see every ``optimizer.step()`` (the data-parallel gradient averaging hooks
+    #: the optimizers' step): the update then compiles its loss functions only
+    whole_update_ok: bool = True
+
+    def whole_update(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (a bound method computing one whole update: losses, ``torch.autograd.grad``,
+        :meth:`adam_step_` and target updates) through ``torch.compile`` as one graph, so that one call replaces
+        the losses' forward and backward graphs, the optimizers' steps and the polyak update with their Python
+        and dispatch overhead (:class:`CompiledOrEager` with ``trace_autograd``; eager where compiling fails).
+        Built once per method."""
+        name = "whole:" + fn.__name__
+        fns = self.__dict__.setdefault("_compiled_fns", {})
+        if name not in fns:
+            failed = self.__dict__.setdefault("_compile_failed", [False])
+            fns[name] = CompiledOrEager(fn, f"{type(self).__name__}.{fn.__name__}", failed, trace_autograd=True)
+        return fns[name]
+
+    def adam_scalars(self, *optims: torch.optim.Optimizer) -> torch.Tensor:
+        """``[lr / (1 - beta1^t), sqrt(1 - beta2^t)]`` per optimizer for its next step ``t``, float32 ``[2 *
+        len(optims)]`` on the device: Adam's bias corrections, computed here so the compiled update takes them as
+        an input (a Python float would be a constant of the graph and recompile it every step). Creates the
+        optimizers' state (``step``, ``exp_avg``, ``exp_avg_sq``, as ``torch.optim.Adam`` does at its first step)
+        where it does not exist yet."""
+        values = []
+        for optim in optims:
+            group = optim.param_groups[0]
+            for p in group["params"]:
+                if not optim.state[p]:
+                    optim.state[p].update(step=torch.zeros((), dtype=torch.float32, device=p.device),
+                                          exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
+                                          exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
+            t = int(optim.state[group["params"][0]]["step"]) + 1
+            beta1, beta2 = group["betas"]
+            values += [group["lr"] / (1.0 - beta1**t), math.sqrt(1.0 - beta2**t)]
+        return torch.tensor(values, dtype=torch.float32, device=self.device)
+
+    @staticmethod
+    def adam_step_(optim: torch.optim.Optimizer, loss: torch.Tensor, scalars: torch.Tensor) -> None:
+        """One Adam step (Kingma & Ba 2015, Algorithm 1, in ``torch.optim.Adam``'s form) of ``optim``'s parameters
+        on ``d loss / d params``, written to the parameters and ``optim.state`` in place, for use inside
+        :meth:`whole_update`: ``m <- lerp(m, g, 1 - beta1)``, ``v <- beta2 v + (1 - beta2) g^2``, ``p <- p -
+        scalars[0] * m / (sqrt(v) / scalars[1] + eps)`` with ``scalars`` the optimizer's pair from
+        :meth:`adam_scalars`. The state stays ``torch.optim.Adam``'s, so checkpoints are unchanged."""
+        group = optim.param_groups[0]
+        params = group["params"]
+        beta1, beta2 = group["betas"]
+        eps = group["eps"]
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                state = optim.state[p]
+                state["step"].add_(1.0)
+                state["exp_avg"].lerp_(g, 1.0 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+                p.sub_(scalars[0] * state["exp_avg"] / (state["exp_avg_sq"].sqrt() / scalars[1] + eps))
+
     def compile_mode(self) -> str | None:
         """``torch.compile``'s mode for the loss functions: ``"reduce-overhead"`` (CUDA graphs) on a CUDA device,
         None (the default mode, as before) elsewhere."""
@@ -588,12 +667,18 @@ class GoalConditionedAgentBase:
     # ------------------------------------------------------------------ targets / metrics
     def update_targets(self) -> None:
         """Polyak-average every (target, online) pair in :meth:`_target_pairs` (one foreach call for all)."""
-        if "_polyak_params" not in self.__dict__:  # parameters are updated in place: list them once
+        targets, online = self.polyak_params()
+        with torch.no_grad():
+            torch._foreach_lerp_(targets, online, 1.0 - self.config.polyak)
+
+    def polyak_params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``(target parameters, online parameters)`` of :meth:`_target_pairs`, listed once (parameters are
+        updated in place); :meth:`whole_update` callers list them before the compiled call."""
+        if "_polyak_params" not in self.__dict__:
             pairs = self._target_pairs()
             self._polyak_params = ([p for t, _ in pairs for p in t.parameters()],
                                    [p for _, o in pairs for p in o.parameters()])
-        with torch.no_grad():
-            torch._foreach_lerp_(*self._polyak_params, 1.0 - self.config.polyak)
+        return self._polyak_params
 
     def params(self, module: nn.Module) -> list[nn.Parameter]:
         """``list(module.parameters())``, listed once per module (for :func:`freeze` in every update)."""

@@ -111,6 +111,8 @@ class SACAgent(GoalConditionedAgentBase):
         self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
+        if self.compiles_whole_update():
+            return self._update_whole(b)
         state = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
 
@@ -147,6 +149,35 @@ class SACAgent(GoalConditionedAgentBase):
             },
             td_error,
         )
+
+    def _update_whole(self, b) -> dict[str, float | np.ndarray]:
+        """:meth:`update` as one compiled graph (:meth:`whole_update`); the same steps in the same order."""
+        cfg = self.config
+        self.num_updates += 1
+        target_step = bool(cfg.target_update_interval) and self.num_updates % cfg.target_update_interval == 0
+        optims = (self.critic_optim, self.actor_optim) + ((self.alpha_optim,) if cfg.autotune else ())
+        self.polyak_params()  # listed outside the graph
+        metrics, td_error = self.whole_update(self._whole_step)(b, self.adam_scalars(*optims), target_step)
+        return self._metrics(dict(zip(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), metrics)),
+                             td_error)
+
+    def _whole_step(self, b, scalars: torch.Tensor, target_step: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Critic, actor and (``autotune``) temperature steps, then (``target_step``) the polyak update:
+        ``([critic_loss / n_critics, actor_loss, q_mean, alpha, entropy], td_error [B])``, detached."""
+        state = self.preprocess(b.observation, b.desired_goal)
+        alpha = self.temperature.log_alpha.detach().exp()
+        critic_loss, reported_critic_loss, q_mean, td_error = self._critic_loss(b, state, alpha)
+        self.adam_step_(self.critic_optim, critic_loss, scalars[0:2])
+        actor_loss, log_prob = self._policy_loss(state, alpha)
+        self.adam_step_(self.actor_optim, actor_loss, scalars[2:4])
+        log_prob = log_prob.detach()
+        if self.config.autotune:
+            alpha_loss = -(self.temperature.log_alpha * (log_prob + self.target_entropy)).mean()
+            self.adam_step_(self.alpha_optim, alpha_loss, scalars[4:6])
+        if target_step:
+            self.update_targets()
+        metrics = torch.stack([reported_critic_loss, actor_loss.detach(), q_mean, alpha, -log_prob.mean()])
+        return metrics, td_error
 
     def _critic_loss(self, b, state: torch.Tensor, alpha: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -93,6 +93,8 @@ class TD3Agent(GoalConditionedAgentBase):
         self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
+        if self.compiles_whole_update():
+            return self._update_whole(b)
         state = self.preprocess(b.observation, b.desired_goal)
 
         critic_loss, q, td_error = self.loss_fn(self._critic_loss)(b, state)
@@ -124,6 +126,36 @@ class TD3Agent(GoalConditionedAgentBase):
             },
             td_error,
         )
+
+    def _update_whole(self, b) -> dict[str, float | np.ndarray]:
+        """:meth:`update` as one compiled graph (:meth:`whole_update`); the same steps in the same order."""
+        cfg = self.config
+        self.num_updates += 1
+        actor_step = self.num_updates % cfg.policy_delay == 0
+        interval = cfg.target_update_interval
+        target_step = actor_step and bool(interval) and self.num_updates % (cfg.policy_delay * interval) == 0
+        optims = (self.critic_optim, self.actor_optim) if actor_step else (self.critic_optim,)
+        self.polyak_params()  # listed outside the graph
+        critic_loss, actor_loss, q_mean, td_error = self.whole_update(self._whole_step)(
+            b, self.adam_scalars(*optims), actor_step, target_step)
+        if actor_step:
+            self._last_actor_loss = actor_loss
+        return self._metrics(
+            {"critic_loss": critic_loss, "actor_loss": self._last_actor_loss, "q_mean": q_mean}, td_error)
+
+    def _whole_step(self, b, scalars: torch.Tensor, actor_step: bool, target_step: bool):
+        """Critic step, then (``actor_step``) actor step and (``target_step``) polyak update:
+        ``(critic_loss / n_critics, actor_loss or 0, q_mean, td_error [B])``, all detached."""
+        state = self.preprocess(b.observation, b.desired_goal)
+        critic_loss, q, td_error = self._critic_loss(b, state)
+        self.adam_step_(self.critic_optim, critic_loss, scalars[0:2])
+        actor_loss = torch.zeros((), device=state.device)
+        if actor_step:
+            actor_loss = self._policy_loss(state)
+            self.adam_step_(self.actor_optim, actor_loss, scalars[2:4])
+            if target_step:
+                self.update_targets()
+        return critic_loss.detach() / self.config.n_critics, actor_loss.detach(), q.mean(), td_error
 
     def _critic_loss(self, b, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, Q [n_critics, B] detached, td_error [B])`` (Fujimoto et al. 2018, Eq. 10 and 15):

@@ -288,6 +288,7 @@ class DistContext(LoopHooks):
             norm = getattr(agent, name)
             norm.load_state_dict(self.share(norm.state_dict()))
             self._pending[name] = [np.zeros(norm.size), np.zeros(norm.size), np.zeros(1)]
+        agent.whole_update_ok = False  # the averaging below hooks optimizer.step(), which a whole-update graph skips
         for opt in agent.optimizers().values():
             self._hooks.append(opt.register_step_pre_hook(self._average_gradients))
         return DataParallelAgent(agent, self._pending)

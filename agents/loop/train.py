@@ -664,11 +664,11 @@ def _first_update(run: Run, stop: GracefulStop) -> None:
 def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]],
                      compile_note: bool) -> None:
     """:func:`learn_step` for a process's first update: with ``compile_note`` (``agent.compile``), one line first
-    says that the loss functions are being compiled (the update seems to hang for that long otherwise); the
+    says that the update is being compiled (it seems to hang for that long otherwise); the
     warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
     if compile_note:
-        tqdm.write("agent.compile: compiling the update's loss functions (the first update takes 15-40 s on an idle "
-                   "core, minutes on a busy one)")
+        tqdm.write("agent.compile: compiling the update (the first update takes 20-60 s on an idle core, minutes "
+                   "on a busy one)")
     with warnings.catch_warnings(record=True) as caught:  # the filters stay: only what would be shown is written
         learn_step(agent, replay, batch_size, metrics)
     for w in caught:
