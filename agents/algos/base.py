@@ -323,7 +323,7 @@ class CompiledOrEager:
     instead of hundreds of small kernels. The shapes are static (``dynamic=False``: one batch size per run).
 
     ``trace_autograd``: trace ``torch.autograd.grad`` calls into the graph (Dynamo's ``trace_autograd_ops``)
-    instead of breaking it there; the whole-update functions (:meth:`GoalConditionedAgentBase.fused_update`) need it.
+    instead of breaking it there; the whole-update functions (:meth:`GoalConditionedAgentBase.whole_update`) need it.
     """
 
     def __init__(self, fn, name: str, failed: list[bool], mode: str | None = None,
@@ -591,8 +591,8 @@ class GoalConditionedAgentBase:
         values = []
         for optim in optims:
             group = optim.param_groups[0]
-            for p in group["params"]:
-                if not optim.state[p]:
+            if not optim.state[group["params"][0]]:  # created for all parameters at once, here or by torch
+                for p in group["params"]:
                     optim.state[p].update(step=torch.zeros((), dtype=torch.float32, device=p.device),
                                           exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
                                           exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
