@@ -396,6 +396,29 @@ def test_quantile_huber_loss_matches_the_term_by_term_sum():
     assert got == pytest.approx(_quantile_huber_by_loops(z, y, w), rel=1e-5)
 
 
+@pytest.mark.parametrize("clipped", [True, False])
+def test_td3_target_is_the_min_or_the_mean_over_target_critics(clipped):
+    """``clipped_double_q``: the TD target bootstraps from the minimum over the target critics (TD3), or from their
+    mean; the loss and TD errors of :meth:`TD3Agent._critic_loss` against a target computed by hand."""
+    torch.manual_seed(0)
+    batch_size = 8
+    agent = TD3Agent(OBS, GOAL, ACT, TD3Config(hidden=(16,), n_critics=3, policy_noise=0.0, clipped_double_q=clipped,
+                                               q_clip=(-50.0, 0.0)), device="cpu")
+    batch = make_batch(batch_size)
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    b = agent.batch_to_tensors(batch)
+    state = agent.preprocess(b.observation, b.desired_goal)
+    next_qs = -torch.rand(3, batch_size) * 10
+    agent.critic_target = lambda s, a: next_qs
+    loss, q, td_error = agent._critic_loss(b, state)
+    bootstrap = next_qs.min(0).values if clipped else next_qs.mean(0)
+    y = (b.reward + b.discount * (1 - b.terminated) * bootstrap).clamp(-50.0, 0.0)
+    z = agent.critic(state, b.action).detach()
+    torch.testing.assert_close(q, z)
+    assert loss.item() == pytest.approx((b.weight * (z - y).square()).mean(1).sum().item(), rel=1e-5)
+    torch.testing.assert_close(td_error, (y - z).abs().mean(0))
+
+
 def test_tqc_target_drops_the_largest_pooled_atoms():
     """The critic loss of :meth:`TQCAgent._critic_loss` against atoms computed by hand: the target critics' atoms
     pooled over critics, sorted, the top ``d * N`` dropped, then ``r + discount * (z - alpha log pi)``, clipped."""

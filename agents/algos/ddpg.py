@@ -32,6 +32,7 @@ class DDPGConfig(AgentConfig):
     policy_noise: ClassVar[float] = 0.0
     noise_clip: ClassVar[float] = 0.0
     policy_delay: ClassVar[int] = 1
+    clipped_double_q: ClassVar[bool] = True  # over one critic: the critic itself
 
     def __post_init__(self) -> None:
         """Raises:

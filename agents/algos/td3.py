@@ -28,7 +28,10 @@ class TD3Config(AgentConfig):
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
     n_critics: int = 2
-    """Number of critics (>= 1); the target is the min over all of them."""
+    """Number of critics (>= 1); the target is the min over all of them (see ``clipped_double_q``)."""
+    clipped_double_q: bool = True
+    """The TD target bootstraps from the minimum over the target critics (clipped double Q-learning, Fujimoto et al.
+    2018, Eq. 10); false: from their mean, a less pessimistic target while successes are rare."""
     policy_noise: float = 0.2
     """Std (>= 0) of the target policy smoothing noise (actions in ``[-1, 1]``)."""
     noise_clip: float = 0.5
@@ -159,8 +162,9 @@ class TD3Agent(GoalConditionedAgentBase):
 
     def _critic_loss(self, b, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, Q [n_critics, B] detached, td_error [B])`` (Fujimoto et al. 2018, Eq. 10 and 15):
-        ``y = clip(r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))))``; the loss is the sum over
-        critics of each critic's ``mean(weight * (Q_i - y)^2)``; ``td_error = |y - Q_i|`` averaged over critics."""
+        ``y = clip(r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))))`` (``mean_i`` without
+        ``clipped_double_q``); the loss is the sum over critics of each critic's ``mean(weight * (Q_i - y)^2)``;
+        ``td_error = |y - Q_i|`` averaged over critics."""
         cfg = self.config
         with torch.no_grad():
             next_state = self.preprocess(b.next_observation, b.desired_goal)
@@ -168,7 +172,8 @@ class TD3Agent(GoalConditionedAgentBase):
                 next_action = smoothed_target_action(
                     self.actor_target(next_state), cfg.policy_noise, cfg.noise_clip
                 )
-                next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
+                next_qs = self.critic_target(next_state, next_action)  # [n_critics, B] float32
+                next_q = next_qs.min(0).values if cfg.clipped_double_q else next_qs.mean(0)
             y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
         return self._critic_regression(b, state, y)
 
