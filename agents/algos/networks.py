@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
-    "DeterministicActor", "EnsembleCritic", "EnsembleLayerNorm", "EnsembleLinear",
+    "DeterministicActor", "EnsembleCritic", "EnsembleLayerNorm", "EnsembleLinear", "Linear",
     "SquashedGaussianActor", "full_precision", "mlp", "numpy_mlp", "tanh_log_det_jacobian",
 ]
 
@@ -75,6 +75,20 @@ def numpy_mlp(net: nn.Sequential):
     return forward
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters and state dict) whose bias is added after the matmul, not inside it.
+
+    ``addmm``/``baddbmm`` on a CPU first copy the bias broadcast to ``[B, out]`` into the output, then run the
+    matmul onto it; compiled, that copy is a separate pass per layer (Inductor keeps ``addmm`` whole on a
+    CPU). A plain matmul followed by ``+ bias`` lets Inductor fuse the add into the next elementwise kernel
+    (LayerNorm, ReLU). Under bf16 autocast the output is float32 (the bias is), as the LayerNorm that follows
+    computes anyway."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        return y if self.bias is None else y + self.bias
+
+
 def mlp(
     in_dim: int,
     out_dim: int,
@@ -82,16 +96,17 @@ def mlp(
     layer_norm: bool = False,
     activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Sequential:
-    """``Linear -> [LayerNorm] -> activation`` per hidden layer, then a final ``Linear`` to ``out_dim``."""
+    """``Linear -> [LayerNorm] -> activation`` per hidden layer, then a final ``Linear`` to ``out_dim``
+    (:class:`Linear` layers)."""
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:
-        layers.append(nn.Linear(last, h))
+        layers.append(Linear(last, h))
         if layer_norm:
             layers.append(nn.LayerNorm(h))
         layers.append(activation(inplace=True) if activation is nn.ReLU else activation())
         last = h
-    layers.append(nn.Linear(last, out_dim))
+    layers.append(Linear(last, out_dim))
     return nn.Sequential(*layers)
 
 
@@ -181,6 +196,37 @@ class SquashedGaussianActor(nn.Module):
         return log_prob - tanh_log_det_jacobian(u).sum(-1)
 
 
+class _EnsembleMatmul(torch.autograd.Function):
+    """``x [n, B, in] @ weight[n, out, in]^T -> [n, B, out]``, with the weight's gradient computed as
+    ``grad^T @ x`` so it comes out in the weight's own ``[n, out, in]`` layout. (``bmm``'s generic backward
+    gives ``x^T @ grad``, ``[n, in, out]``, and the optimizer step then reads it transposed.) Under autocast the
+    operands are cast to the autocast dtype here, as ``bmm`` would be, and saved in it for the backward."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, weight = x.to(dtype), weight.to(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.bmm(x, weight.transpose(1, 2))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight = inputs
+        ctx.param_dtypes = (x.dtype, weight.dtype)
+        if output.dtype != weight.dtype:  # the operands as the forward multiplied them
+            x, weight = x.to(output.dtype), weight.to(output.dtype)
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad = grad.to(weight.dtype)
+        grad_x = torch.bmm(grad, weight).to(ctx.param_dtypes[0]) if ctx.needs_input_grad[0] else None
+        grad_w = torch.bmm(grad.transpose(1, 2), x).to(ctx.param_dtypes[1]) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w
+
+
 class EnsembleLinear(nn.Module):
     """``n`` independent linear layers as one batched matmul: weight ``[n, out, in]`` (``nn.Linear`` layout per
     member), bias ``[n, 1, out]``.
@@ -204,13 +250,14 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
         if member is not None:
+            # the bias added after the matmul, as in :class:`Linear`
             if self.n == 1:  # a view, whose backward is a view too (a select's backward fills a zero tensor)
-                return F.linear(x, self.weight.view(self.out_features, self.in_features), self.bias.view(-1))
-            return F.linear(x, self.weight[member], self.bias[member, 0])
+                return F.linear(x, self.weight.view(self.out_features, self.in_features)) + self.bias.view(-1)
+            return F.linear(x, self.weight[member]) + self.bias[member, 0]
         w = self.weight
         if x.dim() == 2:
             x = x.expand(w.shape[0], *x.shape)
-        return torch.baddbmm(self.bias, x, w.transpose(1, 2))
+        return _EnsembleMatmul.apply(x, w) + self.bias
 
     def extra_repr(self) -> str:
         return f"n={self.n}, in_features={self.in_features}, out_features={self.out_features}"
