@@ -16,7 +16,9 @@ from torch import nn
 
 from her_agents.algos.base import Agent, GoalConditionedAgentBase, resolve_device, td_target
 from her_agents.algos.ddpg import DDPGAgent, DDPGConfig
-from her_agents.algos.networks import EnsembleCritic, SquashedGaussianActor, mlp, tanh_log_det_jacobian
+from her_agents.algos.networks import (
+    EnsembleCritic, EnsembleLinear, SquashedGaussianActor, mlp, tanh_log_det_jacobian,
+)
 from her_agents.algos.normalizer import RunningNormalizer
 from her_agents.algos.registry import make_agent
 from her_agents.algos.sac import SACAgent, SACConfig
@@ -163,6 +165,31 @@ def test_ensemble_critic_equals_separate_critics(layer_norm):
         for lin, ens in zip(linears, [*critic.linears, critic.head], strict=True):
             torch.testing.assert_close(ens.weight.grad[m], lin.weight.grad, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(ens.bias.grad[m, 0], lin.bias.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ensemble_layer_matches_baddbmm_and_gives_its_weight_gradient_in_the_weight_layout(precision):
+    """The ensemble layer's own backward (weight gradient as ``grad^T @ x``) against autograd through
+    ``baddbmm(bias, x, W^T)``: same outputs and gradients, in float32 and under bf16 autocast (the operands cast to
+    bf16 as ``bmm`` would cast them), and a contiguous weight gradient for the optimizer step."""
+    torch.manual_seed(0)
+    layer = EnsembleLinear(2, 12, 16)
+    x = torch.randn(8, 12, requires_grad=True)
+    grad_out = torch.randn(2, 8, 16)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    with autocast:
+        y = layer(x)
+    gx, gw, gb = torch.autograd.grad(y.float(), (x, layer.weight, layer.bias), grad_out)
+    with autocast:
+        y_ref = torch.baddbmm(layer.bias, x.expand(2, 8, 12), layer.weight.transpose(1, 2))
+    gx_ref, gw_ref, gb_ref = torch.autograd.grad(y_ref.float(), (x, layer.weight, layer.bias), grad_out)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if precision == "bf16" else {"rtol": 1e-5, "atol": 1e-5}
+    assert y.dtype == torch.float32  # the bias (float32) added after the bf16 matmul
+    torch.testing.assert_close(y.float(), y_ref.float(), **tol)
+    for g, g_ref in ((gx, gx_ref), (gw, gw_ref), (gb, gb_ref)):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, g_ref, **tol)
+    assert gw.is_contiguous() and not gw_ref.is_contiguous()
 
 
 def test_sac_log_prob_matches_transformed_distribution():
