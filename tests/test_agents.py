@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 import shutil
@@ -592,6 +593,35 @@ def test_compiled_update_matches_eager_and_keeps_checkpoint_keys(algo, whole, ex
             for k, t in st.items():
                 torch.testing.assert_close(t, ref["state"][i][k], rtol=1e-4, atol=1e-6)
     pickle.dumps(agents[True])  # the compiled functions are a cache, left out of pickles
+
+
+@NEEDS_CXX
+@pytest.mark.parametrize("algo, extra", [("ddpg", {}), ("td3", {"policy_noise": 0.0, "policy_delay": 2})])
+def test_compiled_update_skips_guards_and_follows_a_loaded_state(algo, extra):
+    """Once compiled, the whole update runs with Dynamo's guard checks skipped; loading another agent's state into
+    the warm agent (new Adam state tensors, new normalizer statistics) must still drive the next updates, as an
+    eager agent that loaded the same state computes them."""
+    batch, other_batch = make_batch(32), make_batch(32, seed=1)
+    torch.manual_seed(0)
+    warm = make_agent(algo, OBS, GOAL, ACT, compile=True, layer_norm=True, **extra, **SMALL)
+    warm.update_normalizer(batch.observation, batch.desired_goal)
+    for _ in range(4):
+        warm.update(batch)
+    assert warm.whole_update(warm._whole_step).skip_guards and warm.whole_update(warm._whole_step).compiled_ok
+    source = make_agent(algo, OBS, GOAL, ACT, layer_norm=True, **extra, **SMALL)
+    source.update_normalizer(other_batch.observation, other_batch.desired_goal)
+    for _ in range(3):
+        source.update(other_batch)
+    state = source.state_dict()
+    eager = make_agent(algo, OBS, GOAL, ACT, layer_norm=True, **extra, **SMALL)
+    eager.load_state_dict(copy.deepcopy(state))
+    warm.load_state_dict(copy.deepcopy(state))
+    for _ in range(3):
+        got, ref = warm.update(batch), eager.update(batch)
+        assert got["critic_loss"] == pytest.approx(ref["critic_loss"], rel=1e-4, abs=1e-6)
+    for name, net in warm.networks().items():
+        for k, t in net.state_dict().items():
+            torch.testing.assert_close(t, eager.networks()[name].state_dict()[k], rtol=1e-4, atol=1e-5)
 
 
 @NEEDS_CXX
