@@ -118,6 +118,14 @@ class ReplayConfig:
     """Upper clip (> 0) of |TD error| before the priority (None = no clip)."""
     rank_based: bool = False
     """Rank-based instead of proportional prioritization."""
+    energy: bool = False
+    """Energy-based episode prioritization (Zhao & Tresp 2018, ``her.EnergySampler``): episodes drawn in proportion
+    to the energy their achieved goal (the object's position) gained, plus ``energy_eps``; needs goals that start
+    with a position and an env with a ``dt``. Not with ``prioritized``."""
+    energy_clip: float = 0.5
+    """Per-step clip of the gained energy (> 0; the paper's 0.5 for Fetch)."""
+    energy_eps: float = 0.01
+    """Added to every episode's energy (> 0), so that episodes where the object did not move stay sampleable."""
 
     def __post_init__(self) -> None:
         """Types and choices only (the ranges are ``her``'s, see :func:`check_replay`); ``capacity`` too, which
@@ -374,7 +382,7 @@ _HER_KEYS = {"n_sampled_goal": "replay.n_sampled_goal",
 
 def check_replay(replay: ReplayConfig, gamma: float) -> None:
     """Run ``her``'s own checks of the replay values: build the relabeler (``MixedGoals``, which checks k and the
-    desired-goal share for every strategy), the returns and a prioritized sampler (over a one-slot storage)
+    desired-goal share for every strategy), the returns, a prioritized and an energy-based sampler
     from them, as ``train.build_replay`` does with the real storage.
 
     Raises:
@@ -384,19 +392,24 @@ def check_replay(replay: ReplayConfig, gamma: float) -> None:
     import her
 
     r = replay
+    energy_keys = {**_HER_KEYS, "eps": "replay.energy_eps", "clip_energy": "replay.energy_clip"}
     pieces = (
-        lambda: her.MixedGoals(r.n_sampled_goal, r.other_desired_fraction),
-        lambda: her.make_returns(r.n_step, gamma),
-        lambda: her.PrioritizedSampler(alpha=r.alpha, beta0=r.beta0, eps=r.eps,
-                                       td_error_clip=r.td_error_clip, rank_based=r.rank_based),
+        (lambda: her.MixedGoals(r.n_sampled_goal, r.other_desired_fraction), _HER_KEYS),
+        (lambda: her.make_returns(r.n_step, gamma), _HER_KEYS),
+        (lambda: her.PrioritizedSampler(alpha=r.alpha, beta0=r.beta0, eps=r.eps,
+                                        td_error_clip=r.td_error_clip, rank_based=r.rank_based), _HER_KEYS),
+        (lambda: her.EnergySampler(dt=1.0, clip_energy=r.energy_clip, eps=r.energy_eps), energy_keys),
     )
-    for build in pieces:
+    if r.energy and r.prioritized:
+        raise ValueError("replay.energy: true needs replay.prioritized: false (one sampler draws the batch: "
+                         "energy-based or TD-error prioritized), got both true")
+    for build, keys in pieces:
         try:
             build()
         except ValueError as exc:
             msg = str(exc)
             name = msg.split(" ", 1)[0]
-            keyed = f"{_HER_KEYS[name]}{msg[len(name):]}" if name in _HER_KEYS else f"replay: {msg}"
+            keyed = f"{keys[name]}{msg[len(name):]}" if name in keys else f"replay: {msg}"
             raise ValueError(keyed) from None
 
 

@@ -49,6 +49,8 @@ class GoalEnvSpec:
     agents and the replay use ``[-1, 1]``, mapped by :func:`to_env_action` / :func:`from_env_action`.
     ``reward_range``: ``(low, high)`` bounds of one step's reward (``-inf`` / ``inf`` for an unknown side), or
     ``None`` when nothing is known; see :func:`spec_from_env` for where it comes from.
+    ``dt``: seconds of simulated time per env step (the env's own ``dt``, Fetch 0.04), ``None`` when it has none;
+    the energy-based sampler (``her.EnergySampler``) needs it.
     """
 
     env_id: str
@@ -64,6 +66,7 @@ class GoalEnvSpec:
     info_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     reward_range: tuple[float, float] | None = None
     compute_terminated: RewardFn | None = None
+    dt: float | None = None
 
     def to_env_action(self, action: np.ndarray) -> np.ndarray:
         """Agent actions ``[..., action_dim]`` in ``[-1, 1]`` -> the env's units (see :func:`to_env_action`)."""
@@ -290,6 +293,8 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
     reward_range = _reward_range(unwrapped, compute_reward, ag, dg, info)
     compute_terminated = _compute_terminated(unwrapped, ag, dg, info, env_id)
     max_steps = env.spec.max_episode_steps if env.spec is not None else None
+    dt = getattr(unwrapped, "dt", None)
+    dt = float(dt) if isinstance(dt, (int, float)) and 0 < dt < np.inf else None
     return GoalEnvSpec(
         env_id=env_id,
         observation_dim=int(obs_dim),
@@ -304,6 +309,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
         info_shapes=info_shapes,
         reward_range=reward_range,
         compute_terminated=compute_terminated,
+        dt=dt,
     )
 
 

@@ -4,8 +4,8 @@ Four separate pieces, composed by ``HerReplayBuffer`` (semantics: ``docs/semanti
 
 - ``EpisodeStorage``: where data lives (whole episodes, states once, ring overwrite by whole episodes);
   an ``EpisodeWriter`` holds it and stages each env's episode in progress, handing it over when it ends;
-- a ``Sampler`` (``UniformSampler``, ``PrioritizedSampler``): which transitions are drawn, from the storage passed
-  to every call;
+- a ``Sampler`` (``UniformSampler``, ``PrioritizedSampler``, ``EnergySampler``): which transitions are drawn, from
+  the storage passed to every call;
 - a ``Relabeler`` (``FutureGoals``, ``FinalGoal``, ``EpisodeGoals``, ``MixedGoals``, ``NoRelabel``; by name
   ``make_relabeler(RelabelStrategy.FUTURE, k)`` or ``make_relabeler("future", k)``): which goal they get;
 - a ``Returns`` (``OneStepReturn``, ``NStepReturn``): how their return is built, rewards via ``compute_reward``.
@@ -43,7 +43,7 @@ from .relabel import (
     make_relabeler,
 )
 from .returns import NStepReturn, OneStepReturn, ReturnBatch, Returns, RewardFn, SuccessFn, TerminatedFn, make_returns
-from .samplers import PrioritizedSampler, Sampler, UniformSampler
+from .samplers import EnergySampler, PrioritizedSampler, Sampler, UniformSampler, trajectory_energy
 from .storage import EpisodeStorage, storage_from_env
 from .writer import EpisodeWriter
 
@@ -51,6 +51,7 @@ from .writer import EpisodeWriter
 # (segment trees: her.trees; signature checks: her.buffer) are imported from that module.
 __all__ = [
     "Batch",
+    "EnergySampler",
     "EpisodeGoals",
     "EpisodeStorage",
     "EpisodeWriter",
@@ -77,5 +78,6 @@ __all__ = [
     "make_returns",
     "resolve_pieces",
     "storage_from_env",
+    "trajectory_energy",
 ]
 __version__ = "0.1.0"

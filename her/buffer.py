@@ -368,7 +368,8 @@ class HerReplayBuffer:
             IndexError: a slot outside the storage.
         """
         if not self.prioritized:
-            raise ValueError(f"update_priorities: this buffer samples uniformly ({type(self.sampler).__name__}), so "
+            how = "samples uniformly" if isinstance(self.sampler, UniformSampler) else "takes no TD errors"
+            raise ValueError(f"update_priorities: this buffer {how} ({type(self.sampler).__name__}), so "
                              "priorities would be ignored; pass sampler=her.PrioritizedSampler() for "
                              "prioritized replay, or skip the call when not buffer.prioritized")
         self.sampler.update_priorities(index, td_error)

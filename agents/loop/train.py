@@ -120,7 +120,13 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
 
 
 def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuffer:
-    """The HER replay of the config: storage, (prioritized) sampler, relabeling and n-step returns."""
+    """The HER replay of the config: storage, sampler (uniform, TD-error prioritized or energy-based), relabeling
+    and n-step returns.
+
+    Raises:
+        ValueError: a capacity under one episode; ``replay.energy`` for an env without a ``dt`` or without
+            3-D goals.
+    """
     r = cfg.replay
     if spec.max_episode_steps and r.capacity < spec.max_episode_steps:
         raise ValueError(f"replay.capacity must hold at least one episode of {cfg.env.id} "
@@ -136,6 +142,14 @@ def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuf
             alpha=r.alpha, beta0=r.beta0, beta_annealing_steps=total_updates, eps=r.eps,
             td_error_clip=r.td_error_clip, rank_based=r.rank_based,
         )
+    elif r.energy:
+        if spec.dt is None:
+            raise ValueError(f"replay.energy needs an env with a dt (seconds per step) to read velocities; "
+                             f"{cfg.env.id} has none: set replay.energy=false")
+        if spec.goal_dim < 3:
+            raise ValueError(f"replay.energy needs goals that start with a 3-D position; {cfg.env.id}'s goals have "
+                             f"{spec.goal_dim} coordinates: set replay.energy=false")
+        sampler = her.EnergySampler(dt=spec.dt, clip_energy=r.energy_clip, eps=r.energy_eps)
     return her.HerReplayBuffer(
         storage, spec.compute_reward, strategy=r.strategy, n_sampled_goal=r.n_sampled_goal,
         other_desired_fraction=r.other_desired_fraction, n_step=r.n_step, gamma=cfg.train.gamma, sampler=sampler,
