@@ -366,7 +366,6 @@ class CompiledOrEager:
         return out
 
 
-
 def freeze(params: nn.Module | Iterable[torch.Tensor], frozen: bool) -> None:
     """Turn ``requires_grad`` off (``frozen=True``) or back on for a module's parameters (or a list of them:
     listing a module's parameters walks its submodules, which is slow in a hot loop)."""
