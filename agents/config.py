@@ -126,6 +126,10 @@ class ReplayConfig:
     """Per-step clip of the gained energy (> 0; the paper's 0.5 for Fetch)."""
     energy_eps: float = 0.01
     """Added to every episode's energy (> 0), so that episodes where the object did not move stay sampleable."""
+    energy_kinetic_weight: float = 1.0
+    """Weight of the kinetic term in the energy (>= 0; the paper's 1); below 1 a lift counts more than a push."""
+    energy_exponent: float = 1.0
+    """An episode is drawn in proportion to ``(energy + energy_eps) ** energy_exponent`` (> 0; the paper's 1)."""
 
     def __post_init__(self) -> None:
         """Types and choices only (the ranges are ``her``'s, see :func:`check_replay`); ``capacity`` too, which
@@ -392,13 +396,15 @@ def check_replay(replay: ReplayConfig, gamma: float) -> None:
     import her
 
     r = replay
-    energy_keys = {**_HER_KEYS, "eps": "replay.energy_eps", "clip_energy": "replay.energy_clip"}
+    energy_keys = {**_HER_KEYS, "eps": "replay.energy_eps", "clip_energy": "replay.energy_clip",
+                   "kinetic_weight": "replay.energy_kinetic_weight", "exponent": "replay.energy_exponent"}
     pieces = (
         (lambda: her.MixedGoals(r.n_sampled_goal, r.other_desired_fraction), _HER_KEYS),
         (lambda: her.make_returns(r.n_step, gamma), _HER_KEYS),
         (lambda: her.PrioritizedSampler(alpha=r.alpha, beta0=r.beta0, eps=r.eps,
                                         td_error_clip=r.td_error_clip, rank_based=r.rank_based), _HER_KEYS),
-        (lambda: her.EnergySampler(dt=1.0, clip_energy=r.energy_clip, eps=r.energy_eps), energy_keys),
+        (lambda: her.EnergySampler(dt=1.0, clip_energy=r.energy_clip, eps=r.energy_eps,
+                                   kinetic_weight=r.energy_kinetic_weight, exponent=r.energy_exponent), energy_keys),
     )
     if r.energy and r.prioritized:
         raise ValueError("replay.energy: true needs replay.prioritized: false (one sampler draws the batch: "

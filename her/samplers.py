@@ -426,7 +426,7 @@ class PrioritizedSampler:
 
 
 def trajectory_energy(achieved_goal: np.ndarray, dt: float, clip_energy: float = 0.5, gravity: float = 9.81,
-                      height_axis: int = 2) -> np.ndarray:
+                      height_axis: int = 2, kinetic_weight: float = 1.0) -> np.ndarray:
     """Trajectory energy of episodes' achieved goals read as an object's positions (Zhao & Tresp 2018,
     "Energy-Based Hindsight Experience Prioritization", Sec. 3.2, Eq. 1-5, unit mass, no rotation term).
 
@@ -442,11 +442,13 @@ def trajectory_energy(achieved_goal: np.ndarray, dt: float, clip_energy: float =
         clip_energy: per-step clip (J per kg), > 0 (the paper's 0.5 for Fetch).
         gravity: m/s^2 along ``+height_axis``.
         height_axis: which of the three coordinates points up.
+        kinetic_weight: weight of the kinetic term, finite and >= 0.
 
     Returns:
         float64 [E] (or a float64 scalar array for one episode), >= 0.
     Raises:
-        ValueError: fewer than 3 goal coordinates, or dt / clip_energy not finite and > 0.
+        ValueError: fewer than 3 goal coordinates, dt / clip_energy not finite and > 0, or kinetic_weight not
+            finite and >= 0.
     """
     p = np.asarray(achieved_goal, np.float64)
     if p.ndim not in (2, 3) or p.shape[-1] < 3:
@@ -456,9 +458,11 @@ def trajectory_energy(achieved_goal: np.ndarray, dt: float, clip_energy: float =
         raise ValueError(f"dt must be a finite number > 0 (seconds per env step), got {dt}")
     if not 0 < clip_energy < math.inf:
         raise ValueError(f"clip_energy must be a finite number > 0, got {clip_energy}")
+    if not 0 <= kinetic_weight < math.inf:
+        raise ValueError(f"kinetic_weight must be a finite number >= 0, got {kinetic_weight}")
     p = p[..., :3]
     potential = gravity * (p[..., 1:, height_axis] - p[..., :1, height_axis])
-    kinetic = 0.5 * np.square(np.diff(p, axis=-2)).sum(-1) / (dt * dt)
+    kinetic = kinetic_weight * 0.5 * np.square(np.diff(p, axis=-2)).sum(-1) / (dt * dt)
     energy = potential + kinetic  # E_1..E_T
     gained = np.diff(energy, axis=-1, prepend=0.0)  # E_t - E_{t-1}, E_0 = 0
     return np.clip(gained, 0.0, clip_energy).sum(-1)
@@ -466,8 +470,8 @@ def trajectory_energy(achieved_goal: np.ndarray, dt: float, clip_energy: float =
 
 class EnergySampler:
     """Energy-based prioritization of whole episodes (Zhao & Tresp 2018, "Energy-Based Hindsight Experience
-    Prioritization", CoRL, Sec. 3.3): an episode is drawn with probability proportional to ``trajectory_energy(its
-    achieved goals) + eps``, then one of its transitions uniformly. Episodes in which the object did not move
+    Prioritization", CoRL, Sec. 3.3): an episode is drawn with probability proportional to ``(trajectory_energy(its
+    achieved goals) + eps) ** exponent`` (the paper: exponent 1), then one of its transitions uniformly. Episodes in which the object did not move
     (most of them early on in pushing and picking tasks) are drawn rarely; ``eps`` keeps them sampleable.
 
     The priority is computed once, when the episode enters the storage; nothing is fed back from training
@@ -479,6 +483,9 @@ class EnergySampler:
         clip_energy: per-step clip of the gained energy, > 0 (the paper's 0.5 for Fetch).
         eps: added to every episode's energy, > 0 (a random FetchPickAndPlace episode that touches the box gains
             about 0.2-1.5, one that does not about 2e-7).
+        kinetic_weight: weight of the kinetic term, >= 0 (the paper: 1; see :func:`trajectory_energy`).
+        exponent: the priority is ``(energy + eps) ** exponent``, > 0; above 1 it sharpens the draw toward the
+            episodes with the most energy (as prioritized replay's alpha, inverted: alpha < 1 flattens).
         gravity, height_axis: as :func:`trajectory_energy`.
         branching: tree branching factor (see ``her.trees``).
 
@@ -489,10 +496,13 @@ class EnergySampler:
     prioritized = False
 
     def __init__(self, dt: float, clip_energy: float = 0.5, eps: float = 0.01, gravity: float = 9.81,
-                 height_axis: int = 2, branching: int = 16) -> None:
-        trajectory_energy(np.zeros((2, 3)), dt, clip_energy)  # checks dt and clip_energy
+                 height_axis: int = 2, branching: int = 16, kinetic_weight: float = 1.0,
+                 exponent: float = 1.0) -> None:
+        trajectory_energy(np.zeros((2, 3)), dt, clip_energy, kinetic_weight=kinetic_weight)  # checks the three
         if not 0 < eps < math.inf:
             raise ValueError(f"eps must be a finite number > 0, got {eps}")
+        if not 0 < exponent < math.inf:
+            raise ValueError(f"exponent must be a finite number > 0, got {exponent}")
         if height_axis not in (0, 1, 2):
             raise ValueError(f"height_axis must be 0, 1 or 2, got {height_axis!r}")
         if not math.isfinite(gravity):
@@ -501,6 +511,7 @@ class EnergySampler:
             raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
         self.dt, self.clip_energy, self.eps = float(dt), float(clip_energy), float(eps)
         self.gravity, self.height_axis, self.branching = float(gravity), int(height_axis), int(branching)
+        self.kinetic_weight, self.exponent = float(kinetic_weight), float(exponent)
         self._storage: EpisodeStorage | None = None
         self.sum_tree: SumTree | None = None
 
@@ -534,9 +545,9 @@ class EnergySampler:
             s = starts[lengths == T]
             states = (s[:, None] + np.arange(T + 1)) % storage.n_slots
             energy = trajectory_energy(storage.achieved_goal[states], self.dt, self.clip_energy, self.gravity,
-                                       self.height_axis)
+                                       self.height_axis, self.kinetic_weight)
             trans = (s[:, None] + np.arange(T)) % storage.n_slots
-            self.sum_tree.update(trans.ravel(), np.repeat((energy + self.eps) / T, T))
+            self.sum_tree.update(trans.ravel(), np.repeat((energy + self.eps) ** self.exponent / T, T))
 
     def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Transitions that left get priority 0 (never drawn)."""
@@ -588,5 +599,6 @@ class EnergySampler:
         pass
 
     def __repr__(self) -> str:
-        return (f"EnergySampler(dt={self.dt}, clip_energy={self.clip_energy}, eps={self.eps}, gravity="
-                f"{self.gravity}, height_axis={self.height_axis}, attached={self._storage is not None})")
+        return (f"EnergySampler(dt={self.dt}, clip_energy={self.clip_energy}, eps={self.eps}, kinetic_weight="
+                f"{self.kinetic_weight}, exponent={self.exponent}, gravity={self.gravity}, height_axis="
+                f"{self.height_axis}, attached={self._storage is not None})")

@@ -149,7 +149,8 @@ def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuf
         if spec.goal_dim < 3:
             raise ValueError(f"replay.energy needs goals that start with a 3-D position; {cfg.env.id}'s goals have "
                              f"{spec.goal_dim} coordinates: set replay.energy=false")
-        sampler = her.EnergySampler(dt=spec.dt, clip_energy=r.energy_clip, eps=r.energy_eps)
+        sampler = her.EnergySampler(dt=spec.dt, clip_energy=r.energy_clip, eps=r.energy_eps,
+                                    kinetic_weight=r.energy_kinetic_weight, exponent=r.energy_exponent)
     return her.HerReplayBuffer(
         storage, spec.compute_reward, strategy=r.strategy, n_sampled_goal=r.n_sampled_goal,
         other_desired_fraction=r.other_desired_fraction, n_step=r.n_step, gamma=cfg.train.gamma, sampler=sampler,
