@@ -51,6 +51,8 @@ def test_trajectory_energy_of_a_still_a_rising_and_a_sliding_object():
 @pytest.mark.parametrize("kwargs, match", [
     ({"dt": 0.0}, "dt must be"), ({"dt": DT, "clip_energy": -1.0}, "clip_energy must be"),
     ({"dt": DT, "eps": 0.0}, "eps must be"), ({"dt": DT, "height_axis": 3}, "height_axis must be"),
+    ({"dt": DT, "kinetic_weight": -0.1}, "kinetic_weight must be"), ({"dt": DT, "exponent": 0.0}, "exponent must be"),
+    ({"dt": DT, "exponent": float("inf")}, "exponent must be"),
 ])
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -90,6 +92,31 @@ def test_episodes_are_drawn_in_proportion_to_their_energy_and_uniformly_within()
         buffer.update_priorities(slots[:2], np.ones(2))
 
 
+def test_kinetic_weight_scales_the_kinetic_term_and_exponent_sharpens_the_episode_shares():
+    # a slide gains only kinetic energy, a rise both: weight 0 leaves the slide at 0 and the rise its potential part
+    slide, rise = positions(10, [0.01, 0, 0]), positions(10, [0, 0, 0.01])
+    assert her.trajectory_energy(slide, DT, kinetic_weight=0.0) == 0.0
+    assert her.trajectory_energy(slide, DT, kinetic_weight=0.2) == pytest.approx(0.2 * 0.5 * (0.01 / DT) ** 2)
+    assert her.trajectory_energy(rise, DT, kinetic_weight=0.0) == pytest.approx(10 * G * 0.01)
+    T = 5
+    storage = goal_storage(100, T)
+    sampler = her.EnergySampler(DT, eps=0.01, kinetic_weight=0.5, exponent=2.0)
+    sampler.attach(storage)
+    paths = [positions(T), positions(T, [0.01, 0, 0]), positions(T, [0, 0, 0.01])]
+    starts = [add(storage, p) for p in paths]
+    stored = np.stack(paths).astype(np.float32)
+    expect = (her.trajectory_energy(stored, DT, kinetic_weight=0.5) + 0.01) ** 2 / T
+    for start, e in zip(starts, expect):
+        np.testing.assert_allclose(sampler.priorities(np.arange(start, start + T)), e, rtol=1e-9)
+    # the rising episode's share of the draws grows with the exponent
+    flat = her.EnergySampler(DT, eps=0.01, kinetic_weight=0.5)
+    flat.attach(storage)
+    rows = np.arange(starts[2], starts[2] + T)
+    share = sampler.priorities(rows).sum() / sampler.sum_tree.total
+    assert share > flat.priorities(rows).sum() / flat.sum_tree.total
+    assert "exponent=2.0" in repr(sampler)
+
+
 def test_evicted_episodes_leave_and_a_reloaded_storage_gets_the_same_priorities():
     T = 4
     storage = goal_storage(3 * T, T)  # room for three episodes
@@ -118,6 +145,10 @@ def test_config_keys_name_the_energy_settings():
         check_replay(ReplayConfig(energy=True, energy_eps=0.0), 0.98)
     with pytest.raises(ValueError, match=r"^replay.energy_clip must be a finite number > 0"):
         check_replay(ReplayConfig(energy=True, energy_clip=-1.0), 0.98)
+    with pytest.raises(ValueError, match=r"^replay.energy_kinetic_weight must be a finite number >= 0, got -1.0"):
+        check_replay(ReplayConfig(energy=True, energy_kinetic_weight=-1.0), 0.98)
+    with pytest.raises(ValueError, match=r"^replay.energy_exponent must be a finite number > 0, got 0.0"):
+        check_replay(ReplayConfig(energy=True, energy_exponent=0.0), 0.98)
     with pytest.raises(ValueError, match="replay.prioritized: false"):
         check_replay(ReplayConfig(energy=True, prioritized=True), 0.98)
     check_replay(ReplayConfig(energy=True), 0.98)
