@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from .algos.base import AgentConfig
@@ -303,8 +303,8 @@ class Config:
                 self.agent)
         check_types(self)
         check_replay(self.replay, self.train.gamma)
-        require(self.train.batch_size <= self.replay.capacity, "train.batch_size", "in [1, replay.capacity]",
-                self.train.batch_size)
+        require(self.train.batch_size <= self.replay.capacity, "train.batch_size",
+                f"in [1, replay.capacity] = [1, {self.replay.capacity}]", self.train.batch_size)
 
 
 #: agent fields the training loop sets, refused in the ``agent`` section: {field: the key to use instead}
@@ -337,7 +337,8 @@ def agent_section(algo: str, values: Mapping[str, Any]) -> AgentConfig:
             raise ValueError(f"agent.{key} is set by the training loop: use {LOOP_OWNED[key]}")
         if key not in names:
             valid = sorted(k for k in names if k not in LOOP_OWNED)
-            raise ValueError(f"unknown key 'agent.{key}' for algo {algo!r}; valid agent keys: {', '.join(valid)}")
+            raise ValueError(f"unknown key 'agent.{key}' for algo {algo!r}{_did_you_mean(key, valid, 'agent.')}; "
+                             f"valid agent keys: {', '.join(valid)}")
     try:
         return config_cls(**values)
     except ValueError as exc:
@@ -519,6 +520,20 @@ def _check_sections(base: Any, layer: Any, overrides: list[str] | None, prefix: 
             raise ValueError(f"{full} must be a mapping of {full}.* keys, got {_got(full, overrides, value)}")
 
 
+def _did_you_mean(key: str, valid: list[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the valid key closest to a misspelled one (its last part compared within its
+    section, the whole key across sections), or ``""``."""
+    import difflib
+
+    section, _, leaf = key.rpartition(".")
+    leaves = {v.rpartition(".")[2]: v for v in valid if v.rpartition(".")[0] == section}
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75) if leaf else []
+    if close:
+        return f" (did you mean {prefix}{leaves[close[0]]}?)"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.85) if key else []
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
 def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> DictConfig:
     """``OmegaConf.merge`` with its errors as one line naming the key, what was expected and what came."""
     for layer in layers:
@@ -528,8 +543,9 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
     except (ConfigKeyError, ValidationError) as exc:
         key = getattr(exc, "full_key", None) or ""
         if isinstance(exc, ConfigKeyError) or _field_type(key) is None:
-            raise ValueError(f"unknown key {key or str(exc).splitlines()[0]!r}; valid keys: "
-                             f"{', '.join(_valid_keys(base))}") from None
+            valid = _valid_keys(base)
+            raise ValueError(f"unknown key {key or str(exc).splitlines()[0]!r}{_did_you_mean(key, valid)}; valid "
+                             f"keys: {', '.join(valid)}") from None
         value = getattr(exc, "value", None)
         value = value._value() if hasattr(value, "_value") else value  # an OmegaConf node
         raise ValueError(f"{key} must be {describe_type(_field_type(key))}, got {_got(key, overrides, value)}"
@@ -626,9 +642,8 @@ def _check_frozen(old: dict[str, Any], new: dict[str, Any], keys: list[str]) -> 
     for key in keys:
         before, after = _plain(_select(old, key)), _plain(_select(new, key))
         if before != after:
-            raise ValueError(f"{key} cannot change on --resume: the run has {before!r}, got {after!r} (start a new "
-                             "run for that; train.total_env_steps, train.eval_*, env.eval_envs and log.* may "
-                             "change)")
+            raise ValueError(f"{key} cannot change on --resume: the run has {before!r}, got {after!r} (it shapes "
+                             "the saved networks, replay or sampler state; start a new run for that)")
 
 
 def _select(values: Mapping[str, Any], key: str) -> Any:
@@ -642,12 +657,17 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def _read_yaml(path: Path | Traversable) -> list[DictConfig]:
-    """The layers of one YAML config (its ``defaults:`` parents first).
+def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[DictConfig]:
+    """The layers of one YAML config (its ``defaults:`` parents first: one config name or path, or a list of
+    them).
 
     Raises:
-        ValueError: the file does not parse, is empty or is not a mapping (one line, with the line number).
+        ValueError: the file does not parse, is empty or is not a mapping (one line, with the line number);
+            ``defaults`` not a name or a list of names; a config that is its own parent (the chain named).
     """
+    if str(path) in chain:
+        raise ValueError(f"config {path}: defaults form a cycle: {' -> '.join([*chain, str(path)])}")
+    chain = (*chain, str(path))
     text = path.read_text()
     try:
         cfg = OmegaConf.load(io.StringIO(text))
@@ -670,11 +690,16 @@ def _read_yaml(path: Path | Traversable) -> list[DictConfig]:
                          f"({first!r})")
     if len(cfg) == 0:
         raise ValueError(f"config {path}: expected a YAML mapping of settings (key: value), got an empty file")
-    parents = cfg.pop("defaults", None) or []
+    parents = cfg.pop("defaults", None)
+    parents = [] if parents is None else [parents] if isinstance(parents, str) else parents
+    if not isinstance(parents, (ListConfig, list)) or not all(
+            isinstance(p, str) and p for p in parents):
+        got = OmegaConf.to_container(parents) if isinstance(parents, DictConfig) else parents
+        raise ValueError(f"config {path}: defaults must be a config name or a list of config names (e.g. "
+                         f"defaults: [fetch_push_ddpg]), got {got!r}")
     layers: list[DictConfig] = []
     for parent in parents:
-        layers += _read_yaml(resolve_config_path(str(parent)) if not Path(str(parent)).is_absolute()
-                             else Path(str(parent)))
+        layers += _read_yaml(resolve_config_path(parent) if not Path(parent).is_absolute() else Path(parent), chain)
     return layers + [cfg]
 
 

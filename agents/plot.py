@@ -35,7 +35,8 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
 
     Raises:
         FileNotFoundError: no metrics.csv there.
-        ValueError: it has no rows, or a cell is not a number.
+        ValueError: it has no rows; a row with another number of fields than the header; a cell that is not a
+            number; a success rate outside [0, 1]; env_steps empty or not increasing (file, line and column named).
     """
     path = Path(run_dir)
     if path.is_dir():
@@ -45,8 +46,8 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            rows = list(reader)
             columns = reader.fieldnames or []
+            rows = [(reader.line_num, r) for r in reader]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ValueError(f"{path} is not a metrics CSV ({exc})") from None
     missing = [c for c in ("env_steps", "wall_time") if c not in columns]
@@ -55,10 +56,27 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
                          f"{columns[:4]})")
     if not rows:
         raise ValueError(f"{path} has no rows (no evaluation finished yet?)")
-    try:
-        return {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows]) for k in rows[0]}
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    out = {k: np.full(len(rows), np.nan) for k in columns}
+    for i, (line, r) in enumerate(rows):
+        if None in r or None in r.values():
+            raise ValueError(f"{path}, line {line}: expected {len(columns)} fields (the header's), got "
+                             f"{len(columns) + len(r.get(None, [])) - sum(v is None for v in r.values())}")
+        for k in columns:
+            if r[k] == "":
+                continue
+            try:
+                out[k][i] = float(r[k])
+            except ValueError:
+                raise ValueError(f"{path}, line {line}, column {k}: expected a number, got {r[k]!r}") from None
+            if k.endswith("success_rate") and not 0 <= out[k][i] <= 1:
+                raise ValueError(f"{path}, line {line}, column {k}: expected a rate in [0, 1], got {r[k]}")
+    steps = out["env_steps"]
+    bad = np.flatnonzero(~np.isfinite(steps) | (np.diff(steps, prepend=-np.inf) <= 0))
+    if bad.size:
+        line = rows[bad[0]][0]
+        raise ValueError(f"{path}, line {line}, column env_steps: expected a number larger than the row before's, "
+                         f"got {rows[bad[0]][1]['env_steps'] or 'an empty cell'}")
+    return out
 
 
 def _read_runs(dirs: list[str | Path], metric: str) -> list[dict[str, np.ndarray]]:
@@ -343,6 +361,9 @@ def _split_labels(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[dic
     i = 0
     while i < len(argv):
         a = argv[i]
+        if a == "--":  # the rest are run directories, even those that start with "-"
+            pending += argv[i + 1:]
+            break
         if a == "--label":
             if i + 1 >= len(argv):
                 parser.error("--label needs a NAME")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["filled", "refuse_complex"]
+__all__ = ["check_real", "filled", "refuse_complex"]
 
 _CACHED_MAX = 1 << 16  # batch sizes up to this reuse a template; larger ones are rare and would pin memory
 
@@ -32,3 +34,20 @@ def refuse_complex(x: object, name: str) -> None:
     dtype = x.dtype if isinstance(x, (np.ndarray, np.generic)) else np.asarray(x).dtype
     if dtype.kind == "c":
         raise ValueError(f"{name} must be real numbers, got a complex array (dtype {dtype})")
+
+
+def check_real(name: str, value: object, what: str, low: float = -math.inf, high: float = math.inf,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a float if it is a real number (not a bool) in the interval ``low .. high`` (each end closed
+    unless ``*_open``; NaN is never inside), else one error naming ``name``: ``"<name> must be <what>, got ..."``.
+
+    Raises:
+        TypeError: not a real number (a string, None, an array, a bool).
+        ValueError: outside the interval, or NaN.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not ((low < v) if low_open else (low <= v)) or not ((v < high) if high_open else (v <= high)):
+        raise ValueError(f"{name} must be {what}, got {value}")
+    return v

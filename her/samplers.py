@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._util import filled
+from ._util import check_real, filled
 from .storage import EpisodeStorage, check_is_storage
 from .trees import SumTree
 
@@ -196,7 +196,8 @@ class PrioritizedSampler:
         ValueError: alpha not a finite number >= 0, beta0 not in [0, 1], eps not finite and > 0, td_error_clip not
             finite and > 0, beta_annealing_steps not an integer >= 0, eps ** alpha underflowing to 0, branching
             not an integer >= 2.
-        TypeError: ``storage`` given and not an ``EpisodeStorage``.
+        TypeError: ``storage`` given and not an ``EpisodeStorage``; alpha, beta0, eps or td_error_clip not a real
+            number.
     """
 
     prioritized = True
@@ -216,14 +217,11 @@ class PrioritizedSampler:
         if int(beta_annealing_steps) != beta_annealing_steps or beta_annealing_steps < 0:
             raise ValueError(f"beta_annealing_steps must be an integer >= 0 (0: no annealing), got "
                              f"{beta_annealing_steps!r}")
-        if not 0 <= alpha < math.inf:  # NaN fails too
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
-        if not 0 <= beta0 <= 1:
-            raise ValueError(f"beta0 must be in [0, 1], got {beta0}")
-        if not 0 < eps < math.inf:
-            raise ValueError(f"eps must be a finite number > 0, got {eps}")
-        if td_error_clip is not None and not 0 < td_error_clip < math.inf:
-            raise ValueError(f"td_error_clip must be a finite number > 0 or None, got {td_error_clip}")
+        check_real("alpha", alpha, "a finite number >= 0", 0.0, math.inf, False, True)
+        check_real("beta0", beta0, "in [0, 1]", 0.0, 1.0)
+        check_real("eps", eps, "a finite number > 0", 0.0, math.inf, True, True)
+        if td_error_clip is not None:
+            check_real("td_error_clip", td_error_clip, "a finite number > 0 or None", 0.0, math.inf, True, True)
         if not float(eps) ** float(alpha) > 0:  # a zero priority would make a stored transition unsampleable
             raise ValueError(f"eps ** alpha underflows to 0 (eps = {eps}, alpha = {alpha}): raise eps")
         if int(branching) != branching or branching < 2:
@@ -447,19 +445,22 @@ def trajectory_energy(achieved_goal: np.ndarray, dt: float, clip_energy: float =
     Returns:
         float64 [E] (or a float64 scalar array for one episode), >= 0.
     Raises:
-        ValueError: fewer than 3 goal coordinates, dt / clip_energy not finite and > 0, or kinetic_weight not
-            finite and >= 0.
+        ValueError: fewer than 2 states or 3 goal coordinates, NaN or inf positions, dt / clip_energy not finite
+            and > 0, kinetic_weight not finite and >= 0, gravity not finite, height_axis not 0, 1 or 2.
+        TypeError: a setting that is not a real number.
     """
     p = np.asarray(achieved_goal, np.float64)
-    if p.ndim not in (2, 3) or p.shape[-1] < 3:
-        raise ValueError(f"achieved_goal must be [E, T + 1, G] or [T + 1, G] with G >= 3 (a position), got shape "
-                         f"{p.shape}")
-    if not 0 < dt < math.inf:
-        raise ValueError(f"dt must be a finite number > 0 (seconds per env step), got {dt}")
-    if not 0 < clip_energy < math.inf:
-        raise ValueError(f"clip_energy must be a finite number > 0, got {clip_energy}")
-    if not 0 <= kinetic_weight < math.inf:
-        raise ValueError(f"kinetic_weight must be a finite number >= 0, got {kinetic_weight}")
+    if p.ndim not in (2, 3) or p.shape[-1] < 3 or p.shape[-2] < 2:
+        raise ValueError(f"achieved_goal must be [E, T + 1, G] or [T + 1, G] with T >= 1 and G >= 3 (a position), "
+                         f"got shape {p.shape}")
+    check_real("dt", dt, "a finite number > 0 (seconds per env step)", 0.0, math.inf, True, True)
+    check_real("clip_energy", clip_energy, "a finite number > 0", 0.0, math.inf, True, True)
+    check_real("gravity", gravity, "a finite number", -math.inf, math.inf, True, True)
+    check_real("kinetic_weight", kinetic_weight, "a finite number >= 0", 0.0, math.inf, False, True)
+    if isinstance(height_axis, (bool, np.bool_)) or height_axis not in (0, 1, 2):
+        raise ValueError(f"height_axis must be 0, 1 or 2, got {height_axis!r}")
+    if not np.isfinite(p[..., :3]).all():
+        raise ValueError("achieved_goal must be finite, got NaN or inf in the positions")
     p = p[..., :3]
     potential = gravity * (p[..., 1:, height_axis] - p[..., :1, height_axis])
     kinetic = kinetic_weight * 0.5 * np.square(np.diff(p, axis=-2)).sum(-1) / (dt * dt)
@@ -484,13 +485,16 @@ class EnergySampler:
         eps: added to every episode's energy, > 0 (a random FetchPickAndPlace episode that touches the box gains
             about 0.2-1.5, one that does not about 2e-7).
         kinetic_weight: weight of the kinetic term, >= 0 (the paper: 1; see :func:`trajectory_energy`).
-        exponent: the priority is ``(energy + eps) ** exponent``, > 0; above 1 it sharpens the draw toward the
-            episodes with the most energy (as prioritized replay's alpha, inverted: alpha < 1 flattens).
+        exponent: the priority is ``(energy + eps) ** exponent``, in (0, 10]; above 1 it sharpens the draw toward
+            the episodes with the most energy (as prioritized replay's alpha, inverted: alpha < 1 flattens).
         gravity, height_axis: as :func:`trajectory_energy`.
         branching: tree branching factor (see ``her.trees``).
 
     Raises:
-        ValueError: a setting out of range; at ``attach``, a storage whose goals have fewer than 3 coordinates.
+        ValueError: a setting out of range (exponent outside (0, 10], eps ** exponent underflowing to 0); at
+            ``attach``, a storage whose goals have fewer than 3 coordinates; when an episode enters, a priority
+            that overflows (a huge clip_energy).
+        TypeError: a setting that is not a real number.
     """
 
     prioritized = False
@@ -498,16 +502,13 @@ class EnergySampler:
     def __init__(self, dt: float, clip_energy: float = 0.5, eps: float = 0.01, gravity: float = 9.81,
                  height_axis: int = 2, branching: int = 16, kinetic_weight: float = 1.0,
                  exponent: float = 1.0) -> None:
-        trajectory_energy(np.zeros((2, 3)), dt, clip_energy, kinetic_weight=kinetic_weight)  # checks the three
-        if not 0 < eps < math.inf:
-            raise ValueError(f"eps must be a finite number > 0, got {eps}")
-        if not 0 < exponent < math.inf:
-            raise ValueError(f"exponent must be a finite number > 0, got {exponent}")
-        if height_axis not in (0, 1, 2):
-            raise ValueError(f"height_axis must be 0, 1 or 2, got {height_axis!r}")
-        if not math.isfinite(gravity):
-            raise ValueError(f"gravity must be a finite number, got {gravity}")
-        if int(branching) != branching or branching < 2:
+        # dt, clip_energy, gravity, kinetic_weight and height_axis are trajectory_energy's checks
+        trajectory_energy(np.zeros((2, 3)), dt, clip_energy, gravity, height_axis, kinetic_weight)
+        check_real("eps", eps, "a finite number > 0", 0.0, math.inf, True, True)
+        check_real("exponent", exponent, "a number in (0, 10]", 0.0, 10.0, True, False)
+        if not float(eps) ** float(exponent) > 0:  # a zero priority would make a stored episode unsampleable
+            raise ValueError(f"exponent {exponent} with eps {eps}: eps ** exponent underflows to 0, raise eps")
+        if isinstance(branching, bool) or int(branching) != branching or branching < 2:
             raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
         self.dt, self.clip_energy, self.eps = float(dt), float(clip_energy), float(eps)
         self.gravity, self.height_axis, self.branching = float(gravity), int(height_axis), int(branching)
@@ -546,8 +547,13 @@ class EnergySampler:
             states = (s[:, None] + np.arange(T + 1)) % storage.n_slots
             energy = trajectory_energy(storage.achieved_goal[states], self.dt, self.clip_energy, self.gravity,
                                        self.height_axis, self.kinetic_weight)
+            with np.errstate(over="ignore"):
+                priority = (energy + self.eps) ** self.exponent
+            if not np.isfinite(priority).all():
+                raise ValueError(f"EnergySampler: an episode's priority (energy + eps) ** exponent overflows (energy "
+                                 f"{energy.max():.3g}, exponent {self.exponent}): lower clip_energy or exponent")
             trans = (s[:, None] + np.arange(T)) % storage.n_slots
-            self.sum_tree.update(trans.ravel(), np.repeat((energy + self.eps) ** self.exponent / T, T))
+            self.sum_tree.update(trans.ravel(), np.repeat(priority / T, T))
 
     def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Transitions that left get priority 0 (never drawn)."""

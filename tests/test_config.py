@@ -5,6 +5,7 @@ No env is built and nothing is trained here."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -216,3 +217,38 @@ def test_q_clip_may_be_open_on_one_side_while_plain_numbers_must_be_finite():
     assert DDPGConfig(q_clip=[float("-inf"), 0]).q_clip == (float("-inf"), 0.0)  # gamma 1: no lower bound
     with pytest.raises(ValueError, match="actor_lr must be a finite number, got inf"):
         DDPGConfig(actor_lr=float("inf"))
+
+
+def test_defaults_take_a_name_or_a_list_and_refuse_other_values_and_cycles(tmp_path):
+    one = tmp_path / "one.yaml"
+    one.write_text("defaults: fetch_reach_ddpg\ntrain:\n  seed: 3\n")
+    cfg = load_config(str(one))
+    assert cfg.env.id == "FetchReach-v4" and cfg.train.seed == 3
+    for text, got in [("defaults: 5\n", "got 5"), ("defaults: {a: 1}\n", "got {'a': 1}"),
+                      ("defaults: [fetch_reach_ddpg, 3]\n", "got ['fetch_reach_ddpg', 3]")]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=r"defaults must be a config name or a list of config names .*" +
+                           re.escape(got)):
+            load_config(str(bad))
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(f"defaults: [{b}]\n")
+    b.write_text(f"defaults: [{a}]\n")
+    with pytest.raises(ValueError, match=r"defaults form a cycle: .*a.yaml -> .*b.yaml -> .*a.yaml$"):
+        load_config(str(a))
+
+
+@pytest.mark.parametrize("override, expect", [
+    ("replay.enrgy=true", "unknown key 'replay.enrgy' (did you mean replay.energy?); valid keys: env.id"),
+    ("agent.polciy_delay=1", "unknown key 'agent.polciy_delay' for algo 'td3' (did you mean agent.policy_delay?)"),
+    ("zzz.qqq=1", "unknown key 'zzz'; valid keys: env.id"),
+])
+def test_a_misspelled_key_gets_the_closest_valid_key(override, expect):
+    with pytest.raises(ValueError) as exc:
+        load_config("fetch_push_td3", [override])
+    assert str(exc.value).startswith(expect)
+
+
+def test_a_batch_larger_than_the_replay_names_the_capacity():
+    with pytest.raises(ValueError, match=r"^train.batch_size must be in \[1, replay.capacity\] = \[1, 100\], got 256"):
+        load_config("fetch_reach_ddpg", ["replay.capacity=100"])

@@ -52,11 +52,40 @@ def test_trajectory_energy_of_a_still_a_rising_and_a_sliding_object():
     ({"dt": 0.0}, "dt must be"), ({"dt": DT, "clip_energy": -1.0}, "clip_energy must be"),
     ({"dt": DT, "eps": 0.0}, "eps must be"), ({"dt": DT, "height_axis": 3}, "height_axis must be"),
     ({"dt": DT, "kinetic_weight": -0.1}, "kinetic_weight must be"), ({"dt": DT, "exponent": 0.0}, "exponent must be"),
-    ({"dt": DT, "exponent": float("inf")}, "exponent must be"),
+    ({"dt": DT, "exponent": float("inf")}, "exponent must be"), ({"dt": DT, "exponent": 1000.0}, "exponent must be"),
+    ({"dt": DT, "eps": 1e-200, "exponent": 10.0}, "underflows to 0"), ({"dt": DT, "gravity": float("nan")}, "gravity"),
+    ({"dt": DT, "height_axis": -1}, "height_axis must be"), ({"dt": DT, "branching": True}, "branching must be"),
 ])
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         her.EnergySampler(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"dt": "0.04"}, {"dt": None}, {"dt": True}, {"dt": DT, "exponent": "2"},
+                                    {"dt": DT, "kinetic_weight": None}, {"dt": DT, "gravity": "9.81"},
+                                    {"dt": np.array([0.04, 1.0])}, {"dt": DT, "eps": True}])
+def test_settings_that_are_not_numbers_are_refused_by_name(kwargs):
+    name = [k for k in kwargs if k != "dt"][0] if len(kwargs) > 1 else "dt"
+    with pytest.raises(TypeError, match=rf"^{name} must be"):
+        her.EnergySampler(**kwargs)
+
+
+def test_trajectory_energy_refuses_what_is_not_a_trajectory():
+    for bad, match in [(np.zeros((1, 3)), "T >= 1"), (np.zeros((0, 3)), "T >= 1"), (np.zeros((5, 2)), "G >= 3"),
+                       (np.full((5, 3), np.nan), "finite"), (np.full((5, 3), np.inf), "finite")]:
+        with pytest.raises(ValueError, match=match):
+            her.trajectory_energy(bad, DT)
+    for kwargs, match in [({"height_axis": 3}, "height_axis"), ({"height_axis": 1.5}, "height_axis"),
+                          ({"gravity": float("nan")}, "gravity"), ({"kinetic_weight": float("inf")}, "kinetic_w")]:
+        with pytest.raises(ValueError, match=match):
+            her.trajectory_energy(positions(3), DT, **kwargs)
+
+
+def test_a_priority_that_overflows_is_refused_when_the_episode_enters():
+    storage = goal_storage(100, 5)
+    her.EnergySampler(DT, clip_energy=1e300, exponent=10.0).attach(storage)
+    with pytest.raises(ValueError, match="overflows"):
+        add(storage, positions(5, [0, 0, 1e16]))  # a kinetic energy of 3e34 per step, to the 10th power
 
 
 def test_goals_without_a_position_are_refused():
@@ -147,7 +176,7 @@ def test_config_keys_name_the_energy_settings():
         check_replay(ReplayConfig(energy=True, energy_clip=-1.0), 0.98)
     with pytest.raises(ValueError, match=r"^replay.energy_kinetic_weight must be a finite number >= 0, got -1.0"):
         check_replay(ReplayConfig(energy=True, energy_kinetic_weight=-1.0), 0.98)
-    with pytest.raises(ValueError, match=r"^replay.energy_exponent must be a finite number > 0, got 0.0"):
+    with pytest.raises(ValueError, match=r"^replay.energy_exponent must be a number in \(0, 10\], got 0.0"):
         check_replay(ReplayConfig(energy=True, energy_exponent=0.0), 0.98)
     with pytest.raises(ValueError, match="replay.prioritized: false"):
         check_replay(ReplayConfig(energy=True, prioritized=True), 0.98)

@@ -583,3 +583,11 @@ def test_rank_based_state_dict_keeps_the_resort_schedule():
         s.update_priorities(slots, td)  # the third: both re-sort now
     np.testing.assert_array_equal(restored.priorities(slots), original.priorities(slots))
     assert not np.allclose(original.priorities(slots), original.priorities(slots)[0])  # it did re-sort
+
+
+@pytest.mark.parametrize("kwargs", [{"alpha": "1"}, {"alpha": True}, {"eps": None}, {"beta0": [0.4]},
+                                    {"td_error_clip": "2"}])
+def test_settings_that_are_not_numbers_are_refused_by_name(kwargs):
+    (name,) = kwargs
+    with pytest.raises(TypeError, match=rf"^{name} must be"):
+        her.PrioritizedSampler(**kwargs)

@@ -286,3 +286,31 @@ def test_her_plot_out_in_an_unknown_format_is_one_line(runs, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and err.startswith(f"her-plot: error: --out {tmp_path / 'x.txt'}: expected a "
                                                          "file name ending in an image format (") and "png" in err
     assert "got .txt" in err and not (tmp_path / "x.txt").exists()
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda rows: rows[2].__setitem__(slice(3, None), []), "metrics.csv, line 3: expected 8 fields (the header's), got 3"),
+    (lambda rows: rows.__setitem__(slice(1, 3), [rows[2], rows[1]]),
+     "metrics.csv, line 3, column env_steps: expected a number larger than the row before's, got 1000"),
+    (lambda rows: rows[2].__setitem__(4, "7"), "line 3, column eval/success_rate: expected a rate in [0, 1], got 7"),
+    (lambda rows: rows[2].__setitem__(4, "nan"), "line 3, column eval/success_rate: expected a rate in [0, 1]"),
+    (lambda rows: rows[2].__setitem__(5, "abc"), "line 3, column eval/final_distance: expected a number, got 'abc'"),
+    (lambda rows: rows[2].__setitem__(0, ""), "line 3, column env_steps: expected a number larger than the row"),
+])
+def test_a_corrupt_metrics_csv_is_refused_naming_the_line_and_column(runs, tmp_path, capsys, edit, expect):
+    with open(runs[0] / "metrics.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    edit(rows)
+    with open(runs[0] / "metrics.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    with pytest.raises(SystemExit) as exc:
+        main([str(runs[0]), "--table"])
+    assert exc.value.code == 2
+    assert expect in capsys.readouterr().err
+
+
+def test_arguments_after_a_double_dash_are_run_directories(runs, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([str(runs[0]), "--table", "--", "-5"])
+    assert exc.value.code == 2
+    assert "no metrics.csv at -5" in capsys.readouterr().err
