@@ -664,6 +664,31 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     assert agent.whole_update(agent._whole_step).compiled_ok is False
 
 
+
+def test_whole_update_without_a_working_cpp_wrapper_compiles_without_it(monkeypatch):
+    """On a CPU the whole update asks Inductor for its C++ wrapper; where that compile fails (e.g. no Python
+    headers), it is compiled once more without the wrapper, silently, and does not fall back to eager."""
+    calls = []
+
+    def compile_without_cpp_wrapper(fn, **kwargs):
+        calls.append(kwargs.get("options", {}).get("cpp_wrapper", False))
+        if calls[-1]:
+            def run(*args, **kw):
+                raise RuntimeError("fatal error: Python.h: No such file or directory")
+            return run
+        return fn  # stands in for a compiled function that works
+
+    monkeypatch.setattr(torch, "compile", compile_without_cpp_wrapper)
+    batch = make_batch(16)
+    agent = make_agent("ddpg", OBS, GOAL, ACT, compile=True, **SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent.update(batch)
+        agent.update(batch)
+    whole = agent.whole_update(agent._whole_step)
+    assert calls == [True, False] and whole.compiled_ok is True and whole.cpp_wrapper is False
+    assert agent._compile_failed == [False]
+
 def test_td3_checkpoint_keeps_the_actor_loss_reported_between_delayed_steps():
     agent = make_agent("td3", OBS, GOAL, ACT, **SMALL)
     batch = make_batch(16)

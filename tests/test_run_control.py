@@ -424,12 +424,12 @@ def test_first_line_says_where_the_run_goes_before_wandb_starts(tmp_path, monkey
 
 def test_a_signal_is_acknowledged_at_once_with_what_the_stop_waits_for(capfd):
     with run_control.GracefulStop() as stop:
-        stop.busy = "the first update's compile (15-40 s on an idle core)"
+        stop.busy = "the first update's compile (1-2 min on an idle core)"
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.1)  # the handler runs at the next bytecode
         assert stop.signum == signal.SIGINT
         assert capfd.readouterr().err == ("\nher-train: SIGINT received: stopping once the first update's compile "
-                                          "(15-40 s on an idle core) is done (Ctrl-C again stops at once)\n")
+                                          "(1-2 min on an idle core) is done (Ctrl-C again stops at once)\n")
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.1)
@@ -450,7 +450,7 @@ def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_pat
     def compiling(*args, **kwargs):  # the user presses Ctrl-C while the loss functions compile
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
-        assert "compile (15-40 s on an idle core) is done" in capfd.readouterr().err  # before the compile ends
+        assert "compile (1-2 min on an idle core) is done" in capfd.readouterr().err  # before the compile ends
 
     monkeypatch.setattr(train_mod, "first_learn_step", compiling)
     with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT") as stopped:

@@ -156,8 +156,8 @@ class AgentConfig:
     optimizer kernels between the matmuls. On a CPU the whole update is one graph: losses, gradients, Adam steps and
     the polyak update, with no Python, autograd-engine or optimizer overhead between them (data-parallel training
     compiles the losses only, as it averages gradients before each optimizer step); on a CUDA device the loss
-    functions (forward and backward) run under CUDA graphs. The first update pays for compilation (20-60 s on a
-    CPU; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where compilation fails, one warning says why
+    functions (forward and backward) run under CUDA graphs. The first update pays for compilation (1-2 min on a
+    CPU, where the update's wrapper is C++ too; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where compilation fails, one warning says why
     and the agent runs eagerly. Off by default; the Push, PickAndPlace and Slide configs set it."""
 
     def __post_init__(self) -> None:
@@ -329,17 +329,29 @@ class CompiledOrEager:
     because every tensor the update reads (parameters, optimizer state, normalizer statistics, the batch) is fetched
     anew at each call and keeps its shape and dtype, and the settings it reads are fixed at construction; a call
     that needs a new variant leaves the stance and compiles it (tests/test_agents.py checks a reloaded state).
+
+    ``cpp_wrapper``: Inductor's C++ wrapper (``options={"cpp_wrapper": True}``): the code that calls the kernels is
+    compiled C++ instead of Python, which takes the per-kernel call overhead out of every update (the whole-update
+    functions on a CPU; ``tests/benchmarks/bench_cpp_wrapper_ab.py`` measures it) for a longer first compile.
+    Where it fails to compile, the function is compiled once more without it before falling back to eager.
     """
 
     def __init__(self, fn, name: str, failed: list[bool], mode: str | None = None,
-                 trace_autograd: bool = False) -> None:
+                 trace_autograd: bool = False, cpp_wrapper: bool = False) -> None:
         self.fn, self.name, self.failed, self.compiled_ok, self.mode = fn, name, failed, None, mode
-        self.skip_guards = trace_autograd
+        self.skip_guards, self.trace_autograd = trace_autograd, trace_autograd
+        self.cpp_wrapper = cpp_wrapper
+        self._compiled = self._build(cpp_wrapper)
+
+    def _build(self, cpp_wrapper: bool):
         # the CPU path passes exactly dynamic=False, as before CUDA graphs were added
-        compiled = torch.compile(fn, dynamic=False, **({"mode": mode} if mode else {}))
-        if trace_autograd:  # the setting is read while tracing, i.e. inside the call
+        kwargs = {"mode": self.mode} if self.mode else {}
+        if cpp_wrapper:
+            kwargs["options"] = {"cpp_wrapper": True}
+        compiled = torch.compile(self.fn, dynamic=False, **kwargs)
+        if self.trace_autograd:  # the setting is read while tracing, i.e. inside the call
             compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
-        self._compiled = compiled
+        return compiled
 
     def __call__(self, *args, **kwargs):
         if self.compiled_ok:
@@ -355,7 +367,14 @@ class CompiledOrEager:
             self.compiled_ok = False
             return self.fn(*args, **kwargs)
         try:
-            out = self._compiled(*args, **kwargs)
+            try:
+                out = self._compiled(*args, **kwargs)
+            except Exception:
+                if not self.cpp_wrapper:
+                    raise
+                # the C++ wrapper needs more of the toolchain (Python headers) than Inductor's kernels: without it
+                self.cpp_wrapper, self._compiled = False, self._build(False)
+                out = self._compiled(*args, **kwargs)
         except Exception as exc:  # any compiler failure; fn itself runs below
             self.compiled_ok, self.failed[0] = False, True
             first = (str(exc).strip().splitlines() or [""])[0][:300]
@@ -582,6 +601,10 @@ class GoalConditionedAgentBase:
     #: the optimizers' step): the update then compiles its loss functions only
     whole_update_ok: bool = True
 
+    #: compile the whole update with Inductor's C++ wrapper on a CPU (:class:`CompiledOrEager`); read once, at the
+    #: first update (``tests/benchmarks/bench_cpp_wrapper_ab.py`` sets it False on its A agents)
+    cpp_wrapper: bool = True
+
     def whole_update(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (a bound method computing one whole update: losses, ``torch.autograd.grad``,
         :meth:`adam_step_` and target updates) through ``torch.compile`` as one graph, so that one call replaces
@@ -592,7 +615,8 @@ class GoalConditionedAgentBase:
         fns = self.__dict__.setdefault("_compiled_fns", {})
         if name not in fns:
             failed = self.__dict__.setdefault("_compile_failed", [False])
-            fns[name] = CompiledOrEager(fn, f"{type(self).__name__}.{fn.__name__}", failed, trace_autograd=True)
+            fns[name] = CompiledOrEager(fn, f"{type(self).__name__}.{fn.__name__}", failed, trace_autograd=True,
+                                        cpp_wrapper=self.cpp_wrapper and self.device.type == "cpu")
         return fns[name]
 
     def adam_scalars(self, *optims: torch.optim.Optimizer) -> torch.Tensor:

@@ -670,7 +670,7 @@ def _first_update(run: Run, stop: GracefulStop) -> None:
     (``stop.busy``) and the main process says so first (:func:`first_learn_step`)."""
     run.first_update = False
     compiling = run.cfg.agent.compile
-    stop.busy = "the first update's compile (15-40 s on an idle core)" if compiling else None
+    stop.busy = "the first update's compile (1-2 min on an idle core)" if compiling else None
     first_learn_step(run.state.agent, run.state.replay, run.cfg.train.batch_size, run.state.evals.metrics,
                      compiling and run.hooks.is_main)
     stop.busy = None
@@ -682,8 +682,8 @@ def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metric
     says that the update is being compiled (it seems to hang for that long otherwise); the
     warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
     if compile_note:
-        tqdm.write("agent.compile: compiling the update (the first update takes 20-60 s on an idle core, minutes "
-                   "on a busy one)")
+        tqdm.write("agent.compile: compiling the update (the first update takes 1-2 min on an idle core, seconds once "
+                   "cached on disk, minutes on a busy one)")
     with warnings.catch_warnings(record=True) as caught:  # the filters stay: only what would be shown is written
         learn_step(agent, replay, batch_size, metrics)
     for w in caught:

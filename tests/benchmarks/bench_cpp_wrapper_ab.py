@@ -1,0 +1,57 @@
+"""A/B of Inductor's C++ wrapper in one process: the compiled bf16 whole update with Python calling its kernels (A)
+against compiled C++ calling them (B, what the agents do on a CPU), timed alternately so that a shared machine's
+slow spells hit both alike.
+
+    python tests/benchmarks/bench_cpp_wrapper_ab.py [--algos ddpg td3 sac] [--rounds 6] [--batch-size 256]
+
+Same networks, same maths; one line per algorithm and variant with the first compile's seconds, min and median ms
+over the rounds (each the best of 5 repeats of 20 updates) and their ratios to the FLOP floor of
+``bench_update.py``, measured in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from bench_update import ACT, GOAL, HIDDEN, OBS, flop_floor, host, make_batch, time_updates
+from her_agents.algos.registry import make_agent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", nargs="+", choices=["ddpg", "td3", "sac"], default=["ddpg", "td3", "sac"])
+    parser.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (A B, then B A, ...)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    batch = make_batch(args.batch_size)
+    for algo in args.algos:
+        agents, compile_s = {}, {}
+        for variant in ("A", "B"):
+            agent = make_agent(algo, OBS, GOAL, ACT, precision="bf16", layer_norm=True, compile=True)
+            agent.cpp_wrapper = variant == "B"
+            agent.update_normalizer(*host(batch.observation, batch.desired_goal))
+            t0 = time.perf_counter()
+            for _ in range(3):  # TD3 (policy_delay 2) compiles its step with and without the actor
+                agent.update(batch)
+            compile_s[variant] = time.perf_counter() - t0
+            agents[variant] = agent
+        floor_ms, _ = flop_floor(algo, batch, "bf16", HIDDEN, True, 20)
+        times: dict[str, list[float]] = {"A": [], "B": []}
+        for r in range(args.rounds):
+            for variant in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                times[variant].append(time_updates(agents[variant], batch, 20, 5))
+        for variant, label in (("A", "Python wrapper"), ("B", "C++ wrapper")):
+            t = np.array(times[variant])
+            print(f"{algo} bf16 compiled B={args.batch_size} {variant} ({label}): first compile "
+                  f"{compile_s[variant]:.0f} s; min {t.min():.2f} ms, median {np.median(t):.2f} ms; "
+                  f"{t.min() / floor_ms:.2f}x / {np.median(t) / floor_ms:.2f}x the FLOP floor ({floor_ms:.2f} ms)",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
