@@ -65,7 +65,8 @@ def test_compile_mode_is_reduce_overhead_only_on_cuda(monkeypatch):
     agent = small_agent("ddpg", compile=True)
     agent.update(make_batch())
     assert agent.compile_mode() is None
-    assert calls == [{"dynamic": False}]  # the CPU path: the whole update, one graph, static shapes
+    # the CPU path: the whole update, one graph, static shapes, Inductor's C++ wrapper
+    assert calls == [{"dynamic": False, "options": {"cpp_wrapper": True}}]
     agent.device = torch.device("cuda")  # only the choice: nothing runs there
     agent._compiled_fns.clear()
     fn = agent.loss_fn(agent._critic_loss)
