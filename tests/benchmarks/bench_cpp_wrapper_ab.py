@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 import torch
 
-from bench_update import ACT, GOAL, HIDDEN, OBS, flop_floor, host, make_batch, time_updates
+from bench_update import ACT, GOAL, HIDDEN, OBS, ab_line, ab_times, flop_floor, host, make_batch
 from her_agents.algos.registry import make_agent
 
 
@@ -41,17 +40,10 @@ def main() -> None:
             compile_s[variant] = time.perf_counter() - t0
             agents[variant] = agent
         floor_ms, _ = flop_floor(algo, batch, "bf16", HIDDEN, True, 20)
-        times: dict[str, list[float]] = {"A": [], "B": []}
-        for r in range(args.rounds):
-            for variant in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                times[variant].append(time_updates(agents[variant], batch, 20, 5))
+        times = ab_times(agents, batch, args.rounds)
         for variant, label in (("A", "Python wrapper"), ("B", "C++ wrapper")):
-            t = np.array(times[variant])
             print(f"{algo} bf16 compiled B={args.batch_size} {variant} ({label}): first compile "
-                  f"{compile_s[variant]:.0f} s; min {t.min():.2f} ms, median {np.median(t):.2f} ms; "
-                  f"{t.min() / floor_ms:.2f}x / {np.median(t) / floor_ms:.2f}x the FLOP floor ({floor_ms:.2f} ms)",
-                  flush=True)
-
+                  f"{compile_s[variant]:.0f} s; {ab_line(times[variant], floor_ms)}", flush=True)
 
 if __name__ == "__main__":
     main()

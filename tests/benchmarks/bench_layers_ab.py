@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench_update import ACT, GOAL, HIDDEN, OBS, flop_floor, host, make_batch, time_updates
+from bench_update import ACT, GOAL, HIDDEN, OBS, ab_line, ab_times, flop_floor, host, make_batch
 from her_agents.algos import networks
 from her_agents.algos.registry import make_agent
 
@@ -64,16 +63,10 @@ def main() -> None:
             agent.update_normalizer(*host(batch.observation, batch.desired_goal))
             agents[variant] = agent
         floor_ms, _ = flop_floor(algo, batch, "bf16", HIDDEN, True, 20)
-        times: dict[str, list[float]] = {"A": [], "B": []}
-        for r in range(args.rounds):
-            for variant in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                times[variant].append(time_updates(agents[variant], batch, 20, 5))
+        times = ab_times(agents, batch, args.rounds)
         for variant, label in (("A", "bias in matmul"), ("B", "bias after matmul")):
-            t = np.array(times[variant])
-            print(f"{algo} bf16 compiled B={args.batch_size} {variant} ({label}): min {t.min():.2f} ms, median "
-                  f"{np.median(t):.2f} ms; {t.min() / floor_ms:.2f}x / {np.median(t) / floor_ms:.2f}x the FLOP floor "
-                  f"({floor_ms:.2f} ms)", flush=True)
-
+            print(f"{algo} bf16 compiled B={args.batch_size} {variant} ({label}): {ab_line(times[variant], floor_ms)}",
+                  flush=True)
 
 if __name__ == "__main__":
     main()

@@ -172,6 +172,23 @@ def time_updates(agent, batch, iters: int, warmup: int, repeats: int = 5, device
     return float(np.min(times))
 
 
+
+def ab_times(agents: dict, batch, rounds: int) -> dict[str, np.ndarray]:
+    """ms per update of agents ``{"A": ..., "B": ...}`` timed alternately (A B, then B A, ...) for ``rounds`` rounds,
+    each :func:`time_updates` of 20 updates after 5 of warm-up: one array of ``rounds`` timings per variant."""
+    times: dict[str, list[float]] = {v: [] for v in agents}
+    order = list(agents)
+    for r in range(rounds):
+        for variant in order if r % 2 == 0 else order[::-1]:
+            times[variant].append(time_updates(agents[variant], batch, 20, 5))
+    return {v: np.array(t) for v, t in times.items()}
+
+
+def ab_line(t: np.ndarray, floor_ms: float) -> str:
+    """``min <ms> ms, median <ms> ms; <r>x / <r>x the FLOP floor (<ms> ms)`` for one variant's timings ``t``."""
+    return (f"min {t.min():.2f} ms, median {np.median(t):.2f} ms; {t.min() / floor_ms:.2f}x / "
+            f"{np.median(t) / floor_ms:.2f}x the FLOP floor ({floor_ms:.2f} ms)")
+
 class MatmulRecorder(TorchDispatchMode):
     """Records the operand shapes and dtype of every matmul (``mm``, ``addmm``, ``bmm``, ``baddbmm``) that
     reaches the kernels, forward and backward: what the update's FLOPs are made of."""
