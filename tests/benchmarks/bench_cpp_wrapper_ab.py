@@ -11,23 +11,15 @@ over the rounds (each the best of 5 repeats of 20 updates) and their ratios to t
 
 from __future__ import annotations
 
-import argparse
 import time
 
-import torch
 
-from bench_update import ACT, GOAL, HIDDEN, OBS, ab_line, ab_times, flop_floor, host, make_batch
+from bench_update import ACT, GOAL, HIDDEN, OBS, ab_line, ab_setup, ab_times, flop_floor, host
 from her_agents.algos.registry import make_agent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algos", nargs="+", choices=["ddpg", "td3", "sac"], default=["ddpg", "td3", "sac"])
-    parser.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (A B, then B A, ...)")
-    parser.add_argument("--batch-size", type=int, default=256)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    batch = make_batch(args.batch_size)
+    args, batch = ab_setup(__doc__)
     for algo in args.algos:
         agents, compile_s = {}, {}
         for variant in ("A", "B"):

@@ -14,13 +14,12 @@ the FLOP floor of ``bench_update.py``, measured in the same process.
 
 from __future__ import annotations
 
-import argparse
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench_update import ACT, GOAL, HIDDEN, OBS, ab_line, ab_times, flop_floor, host, make_batch
+from bench_update import ACT, GOAL, HIDDEN, OBS, ab_line, ab_setup, ab_times, flop_floor, host
 from her_agents.algos import networks
 from her_agents.algos.registry import make_agent
 
@@ -47,13 +46,7 @@ def use_old_layers(agent) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algos", nargs="+", choices=["ddpg", "td3", "sac"], default=["ddpg", "td3", "sac"])
-    parser.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (A B, then B A, ...)")
-    parser.add_argument("--batch-size", type=int, default=256)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    batch = make_batch(args.batch_size)
+    args, batch = ab_setup(__doc__)
     for algo in args.algos:
         agents = {}
         for variant in ("A", "B"):

@@ -173,6 +173,18 @@ def time_updates(agent, batch, iters: int, warmup: int, repeats: int = 5, device
 
 
 
+
+def ab_setup(doc: str) -> tuple[argparse.Namespace, SimpleNamespace]:
+    """The A/B scripts' command line (``--algos``, ``--rounds``, ``--batch-size``; ``doc`` as its help), one torch
+    thread, and the batch: ``(args, batch)``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", nargs="+", choices=["ddpg", "td3", "sac"], default=["ddpg", "td3", "sac"])
+    parser.add_argument("--rounds", type=int, default=6, help="alternating timing rounds (A B, then B A, ...)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    return args, make_batch(args.batch_size)
+
 def ab_times(agents: dict, batch, rounds: int) -> dict[str, np.ndarray]:
     """ms per update of agents ``{"A": ..., "B": ...}`` timed alternately (A B, then B A, ...) for ``rounds`` rounds,
     each :func:`time_updates` of 20 updates after 5 of warm-up: one array of ``rounds`` timings per variant."""
