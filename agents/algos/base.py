@@ -157,8 +157,9 @@ class AgentConfig:
     the polyak update, with no Python, autograd-engine or optimizer overhead between them (data-parallel training
     compiles the losses only, as it averages gradients before each optimizer step); on a CUDA device the loss
     functions (forward and backward) run under CUDA graphs. The first update pays for compilation (1-2 min on a
-    CPU, where the update's wrapper is C++ too; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where compilation fails, one warning says why
-    and the agent runs eagerly. Off by default; the Push (but ``fetch_push_ddpg_n3``), PickAndPlace and Slide configs set it."""
+    CPU, where the update's wrapper is C++ too; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where
+    compilation fails, one warning says why and the agent runs eagerly. Off by default; the Push (but
+    ``fetch_push_ddpg_n3``), PickAndPlace and Slide configs set it."""
 
     def __post_init__(self) -> None:
         """Converts each field to its annotated type (``hidden`` and ``q_clip`` become tuples, ints become floats
