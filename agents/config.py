@@ -273,8 +273,9 @@ class Config:
     agent: AgentConfig = field(default_factory=lambda: cast(AgentConfig, {}))
     """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``,
     ``TQCConfig``): given keys are checked and converted, missing ones get the dataclass's defaults, except
-    :data:`LOOP_OWNED` (refused) and ``q_clip``, which stays absent unless set (the loop then derives it from the env's reward
-    range and ``train.gamma``)."""
+    :data:`LOOP_OWNED` (refused) and ``q_clip`` and ``noise_horizon``, which stay absent unless set (the loop then
+    derives them: ``q_clip`` from the env's reward range and ``train.gamma``, ``noise_horizon`` from the env's
+    episode length)."""
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     agent_unset: frozenset[str] = field(default=frozenset(), repr=False, metadata={"key": False})
@@ -310,8 +311,9 @@ class Config:
 #: agent fields the training loop sets, refused in the ``agent`` section: {field: the key to use instead}
 LOOP_OWNED = {"seed": "train.seed", "device": "train.device", "n_threads": "train.torch_threads"}
 
-#: agent fields the loop derives when the section leaves them out (``q_clip``: from the env's reward range)
-DERIVED_WHEN_UNSET = ("q_clip",)
+#: agent fields the loop derives when the section leaves them out (``q_clip``: from the env's reward range;
+#: ``noise_horizon``: the env's episode length)
+DERIVED_WHEN_UNSET = ("q_clip", "noise_horizon")
 
 
 def agent_section(algo: str, values: Mapping[str, Any]) -> AgentConfig:

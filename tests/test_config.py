@@ -13,6 +13,7 @@ import yaml
 import her
 from her_agents.cli import train_main
 from her_agents.config import (
+    DERIVED_WHEN_UNSET,
     LOOP_OWNED,
     Config,
     EnvConfig,
@@ -50,10 +51,13 @@ def test_agent_section_holds_every_field_with_its_default_but_the_loops():
     for algo, config_cls in (("ddpg", DDPGConfig), ("td3", TD3Config), ("sac", SACConfig), ("tqc", TQCConfig)):
         section = _agent(load_config("fetch_reach_ddpg", [f"algo={algo}"]))
         defaults = dataclasses.asdict(config_cls())
-        expected = {k: v for k, v in defaults.items() if k not in LOOP_OWNED and k != "q_clip"}
+        expected = {k: v for k, v in defaults.items() if k not in LOOP_OWNED and k not in DERIVED_WHEN_UNSET}
         assert section == expected, algo
-    # what train.py relies on: no seed (the loop's train.seed), q_clip only when set (else from the env)
+    # what train.py relies on: no seed (the loop's train.seed), q_clip and noise_horizon only when set (else from
+    # the env)
     assert "q_clip" not in _agent(load_config("fetch_reach_ddpg"))
+    assert "noise_horizon" not in _agent(load_config("fetch_reach_ddpg"))
+    assert _agent(load_config("fetch_reach_ddpg", ["agent.noise_horizon=20"]))["noise_horizon"] == 20
     assert _agent(load_config("fetch_reach_ddpg", ["agent.q_clip=null"]))["q_clip"] is None
     assert _agent(load_config("fetch_reach_sac"))["q_clip"] == (-50.0, 0.0)
 
@@ -62,13 +66,13 @@ def test_load_config_returns_the_typed_config_built_once():
     cfg = load_config("fetch_reach_sac", ["agent.hidden=[64,64]", "train.seed=3"])
     assert type(cfg) is Config and type(cfg.train) is TrainConfig and type(cfg.agent) is SACConfig
     assert cfg.agent.hidden == (64, 64) and cfg.agent.q_clip == (-50.0, 0.0) and cfg.train.seed == 3
-    assert cfg.agent_unset == frozenset()
+    assert cfg.agent_unset == {"noise_horizon"}
     ddpg = load_config("fetch_reach_ddpg")
     # q_clip left unset: the loop derives it; the typed section holds the default meanwhile, the keys leave it out
-    assert ddpg.agent_unset == {"q_clip"} and ddpg.agent.q_clip is None and "q_clip" not in _agent(ddpg)
+    assert ddpg.agent_unset == {"q_clip", "noise_horizon"} and ddpg.agent.q_clip is None and "q_clip" not in _agent(ddpg)
     # a copy with another section keeps the typed agent and what was left unset
     copy = dataclasses.replace(ddpg, train=dataclasses.replace(ddpg.train, seed=7))
-    assert copy.agent is ddpg.agent and copy.agent_unset == {"q_clip"} and copy.train.seed == 7
+    assert copy.agent is ddpg.agent and copy.agent_unset == {"q_clip", "noise_horizon"} and copy.train.seed == 7
     with pytest.raises(ValueError, match=r"^agent must be a mapping or a SACConfig \(algo 'sac'\), got "):
         Config(algo="sac", agent=DDPGConfig())
     assert Config(algo="td3", agent=TD3Config(hidden=(8,))).agent_unset == frozenset()
@@ -140,7 +144,7 @@ def test_print_config_shows_the_full_agent_section(capsys):
     assert train_main(["fetch_reach_ddpg", "--print-config", "algo=td3", "agent.hidden=[32]"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     expected = {k: v for k, v in dataclasses.asdict(TD3Config(hidden=(32,))).items()
-                if k not in LOOP_OWNED and k != "q_clip"}
+                if k not in LOOP_OWNED and k not in DERIVED_WHEN_UNSET}
     assert printed["agent"] == {k: list(v) if isinstance(v, tuple) else v for k, v in expected.items()}
     assert printed["algo"] == "td3"
 

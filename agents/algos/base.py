@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..fields import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
+from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
+from .noise import ColoredNoise
 from .normalizer import RunningNormalizer
 
 __all__ = [
@@ -70,6 +71,11 @@ class Agent(Protocol):
 
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """``[N, obs_dim], [N, goal_dim] -> [N, action_dim]`` float32 actions in ``[-1, 1]``."""
+        ...
+
+    def reset_noise(self, done: np.ndarray) -> None:
+        """The envs of bool mask ``done [N]`` (``act``'s rows) start new episodes: temporally correlated
+        exploration noise starts afresh for them."""
         ...
 
     def update(self, batch: Any) -> dict[str, float | np.ndarray]:
@@ -136,6 +142,16 @@ class AgentConfig:
     """Std (>= 0) of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
     random_eps: float = 0.3
     """Per-row probability (in ``[0, 1]``) of replacing the exploration action by a uniform random action."""
+    noise_beta: float = 0.0
+    """Color (>= 0) of the exploration noise: the exponent ``beta`` of its power spectrum ``1 / f^beta`` over an
+    episode (Eberhard et al. 2023, ICLR, "Pink Noise Is All You Need"). 0 (the default) draws independent noise
+    at every step, as before; 1 (pink) keeps more of it in slow components, so a noisy move lasts several steps; 2
+    is red (Brownian-like). It colors the Gaussian draws of ``act(deterministic=False)``: the ``noise_std`` noise of
+    DDPG/TD3, the policy's own sampling of SAC/TQC (their ``noise_std`` extra noise stays white)."""
+    noise_horizon: int = 50
+    """Length (>= 1, env steps) of each colored noise sequence when ``noise_beta > 0``, meant to be the episode
+    length: left out of a config, the training loop sets the env's (Fetch: 50), and starts an env's new sequence
+    at the end of each of its episodes (:meth:`GoalConditionedAgentBase.reset_noise`)."""
     norm_eps: float = 1e-2
     """Std floor (> 0) of the observation/goal normalizers."""
     norm_clip_obs: float = 200.0
@@ -176,7 +192,8 @@ class AgentConfig:
             "actor_lr": POSITIVE, "critic_lr": POSITIVE, "polyak": UNIT_INTERVAL,
             "target_update_interval": NON_NEGATIVE,
             "q_clip": (lambda v: v is None or v[0] <= v[1], "null or [low, high] with low <= high"),
-            "noise_std": NON_NEGATIVE, "random_eps": UNIT_INTERVAL,
+            "noise_std": NON_NEGATIVE, "random_eps": UNIT_INTERVAL, "noise_beta": NON_NEGATIVE,
+            "noise_horizon": AT_LEAST_ONE,
             "norm_eps": POSITIVE, "norm_clip_obs": POSITIVE, "norm_clip_range": POSITIVE,
         })
 
@@ -471,15 +488,23 @@ class GoalConditionedAgentBase:
         self.goal_normalizer.update(desired_goal)
 
     # ------------------------------------------------------------------ acting
-    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
-        """The policy's action ``[N, action_dim]`` in ``[-1, 1]`` for preprocessed ``state`` (no grad)."""
+    def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """The policy's action ``[N, action_dim]`` in ``[-1, 1]`` for preprocessed ``state`` (no grad); a stochastic
+        policy (:attr:`stochastic_policy`) draws its standard normal sample from ``noise [N, action_dim]`` when
+        given."""
         raise NotImplementedError
+
+    #: the policy samples its own exploration (SAC, TQC): colored noise (``noise_beta``) drives that sample
+    #: rather than the ``noise_std`` noise added in :meth:`explore`
+    stochastic_policy: bool = False
 
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """Actions ``[N, action_dim]`` float32 in ``[-1, 1]`` (a single unbatched row is also accepted).
 
         With ``deterministic=False``: Gaussian noise ``noise_std`` is added and clipped to ``[-1, 1]``, then
-        each row is replaced by a uniform random action with probability ``random_eps``.
+        each row is replaced by a uniform random action with probability ``random_eps``. With ``noise_beta > 0``
+        the Gaussian draws are row ``i``'s next step of a colored sequence (:class:`ColoredNoise`; for SAC/TQC,
+        the policy's own sample), so row ``i`` must be the same env at every call.
 
         On the CPU the policy runs in numpy on views of the actor's parameters
         (:func:`her_agents.algos.networks.numpy_mlp`; faster for the few rows of acting, same function); elsewhere
@@ -487,23 +512,44 @@ class GoalConditionedAgentBase:
         """
         single = np.ndim(observation) == 1
         policy = self._numpy_policy()
+        noise = None if deterministic else self._colored_noise(int(np.prod(np.shape(observation)[:-1])))
+        policy_noise = noise if self.stochastic_policy else None
         if policy is not None:
             observation, desired_goal = (x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
                                          for x in (observation, desired_goal))
             state = np.concatenate([np.reshape(observation, (-1, self.obs_dim)),
                                     np.reshape(desired_goal, (-1, self.goal_dim))], axis=1, dtype=np.float32)
-            action = policy(self._normalize_state_np(state), deterministic, self.rng)
+            action = policy(self._normalize_state_np(state), deterministic, self.rng, policy_noise)
         else:
             obs_t = self._tensor(observation).reshape(-1, self.obs_dim)
             goal_t = self._tensor(desired_goal).reshape(-1, self.goal_dim)
             self.set_training(False)
             with torch.no_grad():
-                action = self._policy(self.preprocess(obs_t, goal_t), deterministic)
+                action = self._policy(self.preprocess(obs_t, goal_t), deterministic,
+                                      None if policy_noise is None else self._tensor(policy_noise))
             action = action.cpu().numpy()
         action = action.astype(np.float32, copy=False)
         if not deterministic:
-            action = self.explore(action)
+            action = self.explore(action, None if self.stochastic_policy else noise)
         return action[0] if single else action
+
+    def _colored_noise(self, n: int) -> np.ndarray | None:
+        """The next colored noise ``[n, action_dim]`` (:class:`ColoredNoise` on :attr:`rng`) when ``noise_beta >
+        0``; None (white noise, drawn where it is used) otherwise."""
+        if self.config.noise_beta == 0:
+            return None
+        source = self.__dict__.get("_noise_source")
+        if source is None or source.rng is not self.rng:
+            source = self._noise_source = ColoredNoise(self.config.noise_beta, self.action_dim,
+                                                       self.config.noise_horizon, self.rng)
+        return source.sample(n)
+
+    def reset_noise(self, done: np.ndarray) -> None:
+        """Start a new colored noise sequence (``noise_beta > 0``) for the envs whose episode ended: ``done``, bool
+        ``[n_envs]``, in the rows' order of :meth:`act`. A no-op with white noise."""
+        source = self.__dict__.get("_noise_source")
+        if source is not None:
+            source.reset(done)
 
     def _normalize_state_np(self, state: np.ndarray) -> np.ndarray:
         """:meth:`preprocess` in numpy, in place on ``state = concat(observation, goal)`` float32 ``[N, S]``: one
@@ -538,7 +584,7 @@ class GoalConditionedAgentBase:
 
     #: per-instance caches of parameter views and lists: rebuilt on demand, never pickled or deep-copied
     _CACHES = ("_numpy_policy_cache", "_state_stats", "_polyak_params", "_param_lists", "_compiled_fns",
-               "_compile_failed")
+               "_compile_failed", "_noise_source")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}
@@ -558,12 +604,14 @@ class GoalConditionedAgentBase:
             cached = self._numpy_policy_cache = (self.actor, policy)
         return cached[1]
 
-    def explore(self, action: np.ndarray) -> np.ndarray:
-        """Gaussian noise (clipped to ``[-1, 1]``) plus per-row uniform random actions with prob ``random_eps``."""
+    def explore(self, action: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+        """Gaussian noise ``noise_std * z`` (clipped to ``[-1, 1]``; ``z`` standard normal, ``noise`` where given)
+        plus per-row uniform random actions with prob ``random_eps``."""
         cfg = self.config
         n = action.shape[0]
         if cfg.noise_std > 0:
-            action = action + cfg.noise_std * self.rng.standard_normal(action.shape, dtype=np.float32)
+            z = self.rng.standard_normal(action.shape, dtype=np.float32) if noise is None else noise
+            action = action + cfg.noise_std * z
             np.maximum(action, -1.0, out=action)  # in place: np.clip allocates and is slower on one row
             np.minimum(action, 1.0, out=action)
         if cfg.random_eps > 0:

@@ -123,10 +123,10 @@ class DeterministicActor(nn.Module):
         return torch.tanh(full_precision(self.net(state)))
 
     def numpy_policy(self):
-        """``f(state float32 [N, S], deterministic, rng) -> action float32 [N, A]``: :meth:`forward` in numpy
-        (see :func:`numpy_mlp`)."""
+        """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: :meth:`forward` in
+        numpy (see :func:`numpy_mlp`); ``rng`` and ``noise`` are not used."""
         net = numpy_mlp(self.net)
-        return lambda state, deterministic, rng: np.tanh(net(state))
+        return lambda state, deterministic, rng, noise=None: np.tanh(net(state))
 
 
 def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
@@ -137,8 +137,9 @@ def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
 class SquashedGaussianActor(nn.Module):
     """SAC policy: ``a = tanh(u)``, ``u ~ N(mu(s), std(s))``; ``log_std`` clamped to ``[log_std_min, log_std_max]``.
 
-    ``forward(state, deterministic)`` returns ``(action [B, A], log_prob [B])``; with ``deterministic=True``
-    the action is ``tanh(mu)`` and ``log_prob`` is that of the mean (rarely useful).
+    ``forward(state, deterministic, noise=None)`` returns ``(action [B, A], log_prob [B])``, the standard normal
+    sample ``noise [B, A]`` drawn with ``randn`` unless given; with ``deterministic=True`` the action is
+    ``tanh(mu)`` and ``log_prob`` is that of the mean (rarely useful).
     """
 
     def __init__(
@@ -160,11 +161,12 @@ class SquashedGaussianActor(nn.Module):
         mu, log_std = full_precision(self.net(state)).chunk(2, dim=-1)
         return mu, log_std.clamp(self.log_std_min, self.log_std_max)
 
-    def forward(self, state: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, state: torch.Tensor, deterministic: bool = False, noise: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         mu, log_std = self.distribution_params(state)
         if deterministic:
             noise = torch.zeros_like(mu)
-        else:
+        elif noise is None:
             noise = torch.randn_like(mu)
         u = mu + noise * log_std.exp()
         # Normal log-density of u written with the standard noise ((u - mu) / std == noise).
@@ -173,18 +175,22 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(u), log_prob
 
     def numpy_policy(self):
-        """``f(state float32 [N, S], deterministic, rng) -> action float32 [N, A]``: the action of
-        :meth:`forward` in numpy (see :func:`numpy_mlp`), its noise drawn from the numpy Generator ``rng``."""
+        """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: the action of
+        :meth:`forward` in numpy (see :func:`numpy_mlp`), its standard normal sample ``noise [N, A]`` where given,
+        else drawn from the numpy Generator ``rng``."""
         net = numpy_mlp(self.net)
         lo, hi, A = self.log_std_min, self.log_std_max, self.action_dim
 
-        def policy(state: np.ndarray, deterministic: bool, rng: np.random.Generator) -> np.ndarray:
+        def policy(state: np.ndarray, deterministic: bool, rng: np.random.Generator,
+                   noise: np.ndarray | None = None) -> np.ndarray:
             out = net(state)
             mu = out[:, :A]
             if deterministic:
                 return np.tanh(mu)
             std = np.exp(np.clip(out[:, A:], lo, hi))
-            return np.tanh(mu + std * rng.standard_normal(mu.shape, dtype=np.float32))
+            if noise is None:
+                noise = rng.standard_normal(mu.shape, dtype=np.float32)
+            return np.tanh(mu + std * noise)
 
         return policy
 

@@ -101,8 +101,10 @@ class SACAgent(GoalConditionedAgentBase):
     def alpha(self) -> float:
         return float(self.temperature.log_alpha.detach().exp())
 
-    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
-        return self.actor(state, deterministic)[0]
+    stochastic_policy = True
+
+    def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
+        return self.actor(state, deterministic, noise)[0]
 
     def update(self, batch) -> dict[str, float | np.ndarray]:
         """One critic, actor and temperature step. Returns ``critic_loss`` (mean over critics),

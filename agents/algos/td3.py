@@ -84,7 +84,7 @@ class TD3Agent(GoalConditionedAgentBase):
         self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
         self._last_actor_loss = torch.zeros((), device=self.device)  # last actor loss, reported between delays
 
-    def _policy(self, state: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
         return self.actor(state)
 
     def update(self, batch) -> dict[str, float | np.ndarray]:

@@ -301,6 +301,8 @@ def _run_actor(cfg: Config, rank: int, world: int) -> TrainResult:
             action = choose_action(agent, obs, spec, n_envs, steps < warmup, rng)
             obs, step, stored = collect_step(env, obs, action, staging, spec.info_shapes, reward_guard, cfg.env.id)
             steps += n_envs
+            if step.done.any():
+                agent.reset_noise(step.done)
             if stored:
                 success = step.is_success[np.flatnonzero(step.done)]
                 for (start, T), ok in zip(stored, success):

@@ -193,6 +193,9 @@ class DataParallelAgent:
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         return self.agent.act(observation, desired_goal, deterministic)
 
+    def reset_noise(self, done: np.ndarray) -> None:
+        self.agent.reset_noise(done)
+
     def update(self, batch: Any) -> dict[str, float | np.ndarray]:
         return self.agent.update(batch)
 

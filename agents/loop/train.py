@@ -102,7 +102,8 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     must keep to (``collect_step``'s ``reward_range``).
 
     ``agent.q_clip`` unset (in ``cfg.agent_unset``): derived from the env's reward range, which the rewards must
-    then keep to; set: it must contain the env's rewards, and no range is returned. ``seed``: the exploration
+    then keep to; set: it must contain the env's rewards, and no range is returned. ``agent.noise_horizon`` unset:
+    the env's episode length (``spec.max_episode_steps``) where it has one. ``seed``: the exploration
     noise's seed (default ``train.seed``); ``device``: default ``train.device``.
 
     Raises:
@@ -111,7 +112,10 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     """
     configured = {} if "q_clip" in cfg.agent_unset else {"configured": cfg.agent.q_clip}
     q_clip = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
-    config = agent_config(cfg, seed=cfg.train.seed if seed is None else seed, q_clip=q_clip)
+    derived = {}
+    if "noise_horizon" in cfg.agent_unset and spec.max_episode_steps:  # one colored sequence per episode
+        derived["noise_horizon"] = int(spec.max_episode_steps)
+    config = agent_config(cfg, seed=cfg.train.seed if seed is None else seed, q_clip=q_clip, **derived)
     device = cfg.train.device if device is None else device
     check_device(device)
     agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config, device=device,
@@ -643,6 +647,7 @@ def collect(run: Run) -> None:
                                          run.env_id)
     s.counters["env_steps"] += run.n_envs
     if step.done.any():
+        s.agent.reset_noise(step.done)
         s.evals.train_successes.extend(step.is_success[step.done].astype(float).tolist())  # in place: EvalLog's
         s.counters["episodes"] += int(step.done.sum())
     for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
