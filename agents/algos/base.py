@@ -512,7 +512,8 @@ class GoalConditionedAgentBase:
         """
         single = np.ndim(observation) == 1
         policy = self._numpy_policy()
-        noise = None if deterministic else self._colored_noise(int(np.prod(np.shape(observation)[:-1])))
+        noise = None if deterministic or self.config.noise_beta == 0 else self._colored_noise(
+            int(np.prod(np.shape(observation)[:-1])))
         policy_noise = noise if self.stochastic_policy else None
         if policy is not None:
             observation, desired_goal = (x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
@@ -533,11 +534,8 @@ class GoalConditionedAgentBase:
             action = self.explore(action, None if self.stochastic_policy else noise)
         return action[0] if single else action
 
-    def _colored_noise(self, n: int) -> np.ndarray | None:
-        """The next colored noise ``[n, action_dim]`` (:class:`ColoredNoise` on :attr:`rng`) when ``noise_beta >
-        0``; None (white noise, drawn where it is used) otherwise."""
-        if self.config.noise_beta == 0:
-            return None
+    def _colored_noise(self, n: int) -> np.ndarray:
+        """The next colored noise ``[n, action_dim]`` (:class:`ColoredNoise` on :attr:`rng`, ``noise_beta > 0``)."""
         source = self.__dict__.get("_noise_source")
         if source is None or source.rng is not self.rng:
             source = self._noise_source = ColoredNoise(self.config.noise_beta, self.action_dim,
