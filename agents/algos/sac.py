@@ -159,13 +159,13 @@ class SACAgent(GoalConditionedAgentBase):
         target_step = bool(cfg.target_update_interval) and self.num_updates % cfg.target_update_interval == 0
         optims = (self.critic_optim, self.actor_optim) + ((self.alpha_optim,) if cfg.autotune else ())
         self.polyak_params()  # listed outside the graph
-        metrics, td_error = self.whole_update(self._whole_step)(b, self.adam_scalars(*optims), target_step)
-        return self._metrics(dict(zip(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), metrics)),
-                             td_error)
+        flat = self.whole_update(self._whole_step)(b, self.adam_scalars(*optims), target_step)
+        return self._metrics_from_flat(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), flat)
 
-    def _whole_step(self, b, scalars: torch.Tensor, target_step: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Critic, actor and (``autotune``) temperature steps, then (``target_step``) the polyak update:
-        ``([critic_loss / n_critics, actor_loss, q_mean, alpha, entropy], td_error [B])``, detached."""
+    def _whole_step(self, b, scalars: torch.Tensor, target_step: bool) -> torch.Tensor:
+        """Critic, actor and (``autotune``) temperature steps, then (``target_step``) the polyak update: the
+        :meth:`_flat_metrics` of ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy``
+        and ``td_error [B]``."""
         state = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
         critic_loss, reported_critic_loss, q_mean, td_error = self._critic_loss(b, state, alpha)
@@ -178,8 +178,7 @@ class SACAgent(GoalConditionedAgentBase):
             self.adam_step_(self.alpha_optim, alpha_loss, scalars[4:6])
         if target_step:
             self.update_targets()
-        metrics = torch.stack([reported_critic_loss, actor_loss.detach(), q_mean, alpha, -log_prob.mean()])
-        return metrics, td_error
+        return self._flat_metrics([reported_critic_loss, actor_loss, q_mean, alpha, -log_prob.mean()], td_error)
 
     def _critic_loss(self, b, state: torch.Tensor, alpha: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

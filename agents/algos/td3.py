@@ -139,26 +139,26 @@ class TD3Agent(GoalConditionedAgentBase):
         target_step = actor_step and bool(interval) and self.num_updates % (cfg.policy_delay * interval) == 0
         optims = (self.critic_optim, self.actor_optim) if actor_step else (self.critic_optim,)
         self.polyak_params()  # listed outside the graph
-        critic_loss, actor_loss, q_mean, td_error = self.whole_update(self._whole_step)(
-            b, self.adam_scalars(*optims), actor_step, target_step)
-        if actor_step:
-            self._last_actor_loss = actor_loss
-        return self._metrics(
-            {"critic_loss": critic_loss, "actor_loss": self._last_actor_loss, "q_mean": q_mean}, td_error)
+        flat = self.whole_update(self._whole_step)(
+            b, self.adam_scalars(*optims), self._last_actor_loss, actor_step, target_step)
+        self._last_actor_loss = flat[1].clone()  # not a view of this update's output (next call's input)
+        return self._metrics_from_flat(("critic_loss", "actor_loss", "q_mean"), flat)
 
-    def _whole_step(self, b, scalars: torch.Tensor, actor_step: bool, target_step: bool):
-        """Critic step, then (``actor_step``) actor step and (``target_step``) polyak update:
-        ``(critic_loss / n_critics, actor_loss or 0, q_mean, td_error [B])``, all detached."""
+    def _whole_step(self, b, scalars: torch.Tensor, last_actor_loss: torch.Tensor, actor_step: bool,
+                    target_step: bool) -> torch.Tensor:
+        """Critic step, then (``actor_step``) actor step and (``target_step``) polyak update: the
+        :meth:`_flat_metrics` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
+        step), ``q_mean`` and ``td_error [B]``."""
         state = self.preprocess(b.observation, b.desired_goal)
         critic_loss, q, td_error = self._critic_loss(b, state)
         self.adam_step_(self.critic_optim, critic_loss, scalars[0:2])
-        actor_loss = torch.zeros((), device=state.device)
+        actor_loss = last_actor_loss
         if actor_step:
             actor_loss = self._policy_loss(state)
             self.adam_step_(self.actor_optim, actor_loss, scalars[2:4])
             if target_step:
                 self.update_targets()
-        return critic_loss.detach() / self.config.n_critics, actor_loss.detach(), q.mean(), td_error
+        return self._flat_metrics([critic_loss / self.config.n_critics, actor_loss, q.mean()], td_error)
 
     def _critic_loss(self, b, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, Q [n_critics, B] detached, td_error [B])`` (Fujimoto et al. 2018, Eq. 10 and 15):
