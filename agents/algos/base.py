@@ -462,6 +462,9 @@ class GoalConditionedAgentBase:
     def _tensor(self, x: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         if isinstance(x, torch.Tensor):
             return x.to(device=self.device, dtype=dtype, non_blocking=True)
+        if (type(x) is np.ndarray and x.dtype == np.float32 and dtype == torch.float32 and x.flags.writeable
+                and self.device.type == "cpu"):
+            return torch.from_numpy(x)  # shares the memory: a few us less than as_tensor in every update
         return torch.as_tensor(np.asarray(x), dtype=dtype, device=self.device)
 
     def batch_to_tensors(self, batch: Any) -> TensorBatch:
