@@ -796,12 +796,7 @@ class GoalConditionedAgentBase:
 
     def _metrics(self, scalars: dict[str, torch.Tensor], td_error: torch.Tensor) -> dict[str, float | np.ndarray]:
         """One device->host copy for all metrics: scalar tensors -> floats, ``td_error [B]`` -> float32 array."""
-        names = list(scalars)
-        flat = torch.cat([torch.stack([scalars[k].detach().float() for k in names]), td_error.detach().float()])
-        host = flat.cpu().numpy()
-        out: dict[str, float | np.ndarray] = {k: float(v) for k, v in zip(names, host[: len(names)])}
-        out["td_error"] = host[len(names) :].astype(np.float32, copy=True)
-        return out
+        return self._metrics_from_flat(tuple(scalars), self._flat_metrics(list(scalars.values()), td_error))
 
     # ------------------------------------------------------------------ train / eval mode
     def set_training(self, training: bool) -> None:
