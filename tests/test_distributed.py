@@ -50,9 +50,13 @@ def _json(path: Path) -> dict:
 
 
 def test_data_parallel_ranks_hold_identical_parameters_and_normalizers(tmp_path):
+    """Also: no rank leaves before rank 0 is done (here rank 0 lingers 2 s after its loop, as writing its last
+    files would): a rank that exits first has torchrun stop the others, rank 0 mid-write among them."""
     run_dir, dump = tmp_path / "run", tmp_path / "dump"
-    proc = _torchrun(2, ["train.total_env_steps=300", "train.eval_every=300", *TINY], run_dir, dump)
+    proc = _torchrun(2, ["train.total_env_steps=300", "train.eval_every=300", *TINY], run_dir, dump,
+                     env={"HER_TEST_SLOW_MAIN_FINISH": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float((dump / "exit1").read_text()) >= float((dump / "loop_end0").read_text())
     r0, r1 = _json(dump / "rank0.json"), _json(dump / "rank1.json")
     assert r0["num_updates"] == r1["num_updates"] == 80  # 0.4 updates x 200 learning steps, same K on both
     assert r0["params"] == r1["params"], "parameters differ across ranks after K updates"

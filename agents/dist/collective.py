@@ -27,6 +27,10 @@ class Collective:
     world_size: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
+    def barrier(self) -> None:
+        """Return once every rank has called it."""
+        dist.barrier()
+
     def broadcast_object(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank."""
         box = [obj]

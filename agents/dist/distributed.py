@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import gc
 import hashlib
 import json
 import os
@@ -426,15 +427,23 @@ class DistContext(LoopHooks):
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / f"rank{self.rank}.json").write_text(json.dumps(info, indent=1))
 
-    def close(self) -> None:
-        """Dump (debug hook), remove the hooks and destroy the process group this context created."""
+    def close(self, finished: bool = False) -> None:
+        """Dump (debug hook), remove the hooks and destroy the process group this context created.
+
+        Args:
+            finished: every rank ended its loop normally: wait for all of them before tearing down, so that no
+                rank exits (and has torchrun stop the others) while rank 0 still writes its last files.
+        """
         self.dump()
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
         if self.owns_group and dist.is_initialized():
+            if finished:
+                self.comm.barrier()
             dist.destroy_process_group()
             self.owns_group = False
+            gc.collect()  # the group's gloo threads end now, not in the interpreter's teardown
 
 
 def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistContext | None:
@@ -498,6 +507,9 @@ def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool 
     if ctx is None:
         return train(cfg, resume, overwrite)
     try:
-        return train(ctx.prepare_config(cfg), resume, overwrite, hooks=ctx)
-    finally:
+        result = train(ctx.prepare_config(cfg), resume, overwrite, hooks=ctx)
+    except BaseException:
         ctx.close()
+        raise
+    ctx.close(finished=True)
+    return result
