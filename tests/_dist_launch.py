@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import her_agents.dist.distributed as dist_mod
-
 import her_agents.loop.train as train_mod
 from her_agents.cli import train_main
 
