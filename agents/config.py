@@ -77,13 +77,20 @@ class EnvConfig:
     grasped_start: float = 0.0
     """Share (in [0, 1]) of the training episodes that start with the object held in the gripper, as the HER paper
     did for pick-and-place (``her_envs.GraspedStart``); FetchPickAndPlace only. Evaluation episodes never do."""
+    behaviour_goals: float = 0.0
+    """Share (in [0, 1]) of the training episodes whose desired goal is replaced, as the episode begins, by MEGA's
+    behaviour goal (``her.MinDensityGoals``; Pitis et al. 2020): the stored achieved goal of lowest density among
+    those the critic values above an adaptive cutoff. Their stored desired goal is that goal. Goal envs that keep
+    their goal in ``env.unwrapped.goal`` (``her_envs.BehaviourGoal``); not with ``dist.mode=actor_learner``.
+    Evaluation episodes never do."""
 
     def __post_init__(self) -> None:
         """Raises:
             ValueError: a value of the wrong type or choice, fewer than 1 env, a grasped start outside
             FetchPickAndPlace."""
         check_types(self)
-        check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE, "grasped_start": UNIT_INTERVAL})
+        check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE, "grasped_start": UNIT_INTERVAL,
+                            "behaviour_goals": UNIT_INTERVAL})
         require(not self.grasped_start or self.id.startswith("FetchPickAndPlace"), "grasped_start",
                 f"0 for {self.id} (it needs an object to hold: FetchPickAndPlace)", self.grasped_start)
 
@@ -306,6 +313,8 @@ class Config:
         check_replay(self.replay, self.train.gamma)
         require(self.train.batch_size <= self.replay.capacity, "train.batch_size",
                 f"in [1, replay.capacity] = [1, {self.replay.capacity}]", self.train.batch_size)
+        require(not self.env.behaviour_goals or self.dist.mode != "actor_learner", "env.behaviour_goals",
+                "0 with dist.mode=actor_learner (its actors keep the env's goals)", self.env.behaviour_goals)
 
 
 #: agent fields the training loop sets, refused in the ``agent`` section: {field: the key to use instead}

@@ -21,6 +21,7 @@ from .vector import (
     vector_rng_states,
 )
 from .wrappers import (
+    BehaviourGoal,
     CopyObservation,
     EpisodeStartRNG,
     GraspedStart,
@@ -32,6 +33,7 @@ from .wrappers import (
 
 __all__ = [
     "FETCH_TASKS",
+    "BehaviourGoal",
     "CopyObservation",
     "EpisodeStartRNG",
     "GoalEnvSpec",

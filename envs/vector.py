@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from .make import goal_env_spec, make_env
-from .wrappers import EpisodeStartRNG, GraspedStart
+from .wrappers import BehaviourGoal, EpisodeStartRNG, GraspedStart
 
 __all__ = [
     "VectorStep", "generator_from_state", "make_vector_env", "set_vector_rng_states", "split_autoreset",
@@ -34,7 +34,8 @@ _ASYNC_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods(
 
 
 def make_vector_env(
-    env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None, grasped_start: float = 0.0
+    env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None, grasped_start: float = 0.0,
+    behaviour_goals: bool = False,
 ) -> gym.vector.VectorEnv:
     """``n_envs`` copies of ``env_id`` in gymnasium's Sync/AsyncVectorEnv with SAME_STEP autoreset.
 
@@ -44,12 +45,14 @@ def make_vector_env(
     so envs registered at run time work in them.
     Use :func:`split_autoreset` on each step's output to get the real next observations. Each sub-env is
     wrapped in :class:`EpisodeStartRNG`, and in :class:`GraspedStart` with ``grasped_start`` > 0 (the share of
-    episodes that start with the object in the gripper; for training envs only).
+    episodes that start with the object in the gripper; for training envs only), and with ``behaviour_goals`` in
+    :class:`BehaviourGoal` (``set_attr("behaviour_goal", ...)`` replaces the goal of an episode that just began).
 
     Raises:
         TypeError: ``n_envs`` is not an int, or the env's spaces do not fit (:func:`make_env`).
-        ValueError: ``n_envs`` < 1, an unknown ``vectorization`` or env id, or a ``grasped_start`` the env cannot
-            do (:class:`GraspedStart`).
+        ValueError: ``n_envs`` < 1, an unknown ``vectorization`` or env id, a ``grasped_start`` the env cannot
+            do (:class:`GraspedStart`), or ``behaviour_goals`` for an env without a settable goal
+            (:class:`BehaviourGoal`).
     """
     if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)):
         raise TypeError(f"n_envs must be an int >= 1, got {type(n_envs).__name__}: {n_envs!r}")
@@ -61,7 +64,13 @@ def make_vector_env(
     goal_env_spec(env_id)  # validates id, spaces and reward here, not inside a worker
     if grasped_start:
         GraspedStart(make_env(env_id), grasped_start).close()  # its errors here, not inside a worker
-    fns = [functools.partial(_vector_sub_env, env_id, grasped_start) for _ in range(int(n_envs))]
+    if behaviour_goals:
+        check = BehaviourGoal(make_env(env_id))
+        try:
+            check.reset(seed=0)
+        finally:
+            check.close()
+    fns = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals) for _ in range(int(n_envs))]
     kwargs = {"context": _ASYNC_START_METHOD} if vectorization == "async" else {}
     venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
     if seed is not None:
@@ -71,9 +80,10 @@ def make_vector_env(
     return venv
 
 
-def _vector_sub_env(env_id: str, grasped_start: float = 0.0) -> gym.Env:
+def _vector_sub_env(env_id: str, grasped_start: float = 0.0, behaviour_goals: bool = False) -> gym.Env:
     env = make_env(env_id)
-    return EpisodeStartRNG(GraspedStart(env, grasped_start) if grasped_start > 0 else env)
+    env = EpisodeStartRNG(GraspedStart(env, grasped_start) if grasped_start > 0 else env)
+    return BehaviourGoal(env) if behaviour_goals else env
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ by :func:`wrap_goal_env` so that
 
 The sub-envs of the training vector envs (:func:`her_envs.make_vector_env`) are also wrapped in
 :class:`EpisodeStartRNG` (the RNG state their current episode started from, for checkpoints) and, on request, in
-:class:`GraspedStart` (episodes that start with the object in the gripper).
+:class:`GraspedStart` (episodes that start with the object in the gripper) and :class:`BehaviourGoal` (the
+training loop replaces the goal of an episode that just began).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 from gymnasium.utils import seeding
 
 __all__ = [
-    "CopyObservation", "EpisodeStartRNG", "GraspedStart", "NormalizeAction", "from_env_action",
+    "BehaviourGoal", "CopyObservation", "EpisodeStartRNG", "GraspedStart", "NormalizeAction", "from_env_action",
     "to_env_action", "wrap_goal_env",
 ]
 
@@ -185,3 +186,45 @@ class GraspedStart(gym.Wrapper):
             utils.mocap_set_action(model, data, np.zeros(7))  # hold the arm where it is
             u._mujoco.mj_step(model, data, nstep=u.n_substeps)
         return {k: np.array(v, copy=True) for k, v in u._get_obs().items()}, info
+
+
+class BehaviourGoal(gym.Wrapper):
+    """Lets the training loop replace the desired goal of the episode that just began (behaviour goals, e.g.
+    ``her.MinDensityGoals``): setting ``behaviour_goal`` (a goal array; None changes nothing) sets the env's
+    ``goal``, which its rewards, ``is_success`` and observations then use until the next reset. Through a vector
+    env: ``venv.set_attr("behaviour_goal", [goal or None per env])``.
+
+    For goal envs that keep their goal in ``env.unwrapped.goal`` (gymnasium-robotics: Fetch, hand, maze).
+    Set it only right after a reset: the steps already taken were rewarded for the old goal.
+
+    Raises:
+        ValueError: an env without a ``goal`` array after reset, or a goal of another shape than the env's.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._goal_shape: tuple[int, ...] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        goal = getattr(self.env.unwrapped, "goal", None)
+        if not isinstance(goal, np.ndarray):
+            raise ValueError(f"{_env_name(self.env)}: behaviour goals need an env that keeps its goal in "
+                             f"env.unwrapped.goal (gymnasium-robotics goal envs), got {type(goal).__name__}")
+        self._goal_shape = goal.shape
+        return obs, info
+
+    @property
+    def behaviour_goal(self) -> np.ndarray:
+        """The goal the current episode pursues (a copy of the env's ``goal``)."""
+        return np.array(self.env.unwrapped.goal, copy=True)
+
+    @behaviour_goal.setter
+    def behaviour_goal(self, goal: np.ndarray | None) -> None:
+        if goal is None:
+            return
+        u = self.env.unwrapped
+        goal = np.asarray(goal, dtype=u.goal.dtype)
+        if goal.shape != u.goal.shape:
+            raise ValueError(f"behaviour_goal must have the env's goal shape {u.goal.shape}, got {goal.shape}")
+        u.goal = goal.copy()

@@ -10,6 +10,9 @@ Four separate pieces, composed by ``HerReplayBuffer`` (semantics: ``docs/semanti
   ``make_relabeler(RelabelStrategy.FUTURE, k)`` or ``make_relabeler("future", k)``): which goal they get;
 - a ``Returns`` (``OneStepReturn``, ``NStepReturn``): how their return is built, rewards via ``compute_reward``.
 
+Apart from the replay, ``MinDensityGoals`` chooses behaviour goals (which goal a training episode pursues) from
+the stored achieved goals (MEGA, Pitis et al. 2020).
+
 Each piece can be replaced by any object with the protocol's methods, e.g.
 ``HerReplayBuffer(storage, reward_fn, relabeler=MyRelabeler(), returns=NStepReturn(3, 0.98))``.
 
@@ -31,6 +34,7 @@ Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
 from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
+from .goals import MinDensityGoals, ValueFn
 from .relabel import (
     EpisodeGoals,
     FinalGoal,
@@ -59,6 +63,7 @@ __all__ = [
     "FutureGoals",
     "HerReplayBuffer",
     "HindsightRelabeler",
+    "MinDensityGoals",
     "MixedGoals",
     "NStepReturn",
     "NoRelabel",
@@ -73,6 +78,7 @@ __all__ = [
     "SuccessFn",
     "TerminatedFn",
     "UniformSampler",
+    "ValueFn",
     "check_compute_reward",
     "make_relabeler",
     "make_returns",

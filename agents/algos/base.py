@@ -78,6 +78,10 @@ class Agent(Protocol):
         exploration noise starts afresh for them."""
         ...
 
+    def value(self, observation: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+        """``[N, obs_dim], [N, goal_dim] -> [N]`` float32: the critic's value of the deterministic policy's action."""
+        ...
+
     def update(self, batch: Any) -> dict[str, float | np.ndarray]:
         """One gradient step on a batch; returns scalar metrics and ``td_error`` ``[B]`` float32."""
         ...
@@ -539,6 +543,23 @@ class GoalConditionedAgentBase:
         if not deterministic:
             action = self.explore(action, None if self.stochastic_policy else noise)
         return action[0] if single else action
+
+    def value(self, observation: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+        """``V(s, g) = Q(s, mu(s, g), g)`` float32 ``[N]`` for ``observation [N, obs_dim]`` and ``desired_goal
+        [N, goal_dim]``: the value the actor maximizes (:meth:`_actor_value`) at the policy's deterministic action
+        (SAC: the mean action), no grad. Used to judge which goals the agent can reach (``her.MinDensityGoals``)."""
+        obs_t = self._tensor(observation).reshape(-1, self.obs_dim)
+        goal_t = self._tensor(desired_goal).reshape(-1, self.goal_dim)
+        self.set_training(False)
+        with torch.no_grad():
+            state = self.preprocess(obs_t, goal_t)
+            with self.autocast():
+                v = self._actor_value(state, self._policy(state, True))
+        return v.float().cpu().numpy()
+
+    def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The critic's value ``[B]`` that the actor's loss maximizes."""
+        raise NotImplementedError
 
     def _colored_noise(self, n: int) -> np.ndarray:
         """The next colored noise ``[n, action_dim]`` (:class:`ColoredNoise` on :attr:`rng`, ``noise_beta > 0``)."""

@@ -182,8 +182,12 @@ class TD3Agent(GoalConditionedAgentBase):
         ``action_l2 * mean(mu(s)^2)`` of openai/baselines HER."""
         with self.autocast():
             pi = self.actor(state)
-            q_pi = self.critic(state, pi, member=0) if self.config.n_critics > 1 else self.critic(state, pi)
+            q_pi = self._actor_value(state, pi)
         return -q_pi.mean() + self.config.action_l2 * pi.square().mean()
+
+    def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``Q_1(s, a)`` ``[B]``, the first critic (Fujimoto et al. 2018, Alg. 1: the actor follows ``Q_theta1``)."""
+        return self.critic(state, action, member=0)[0]
 
     def _target_pairs(self):
         return [(self.actor_target, self.actor), (self.critic_target, self.critic)]

@@ -197,6 +197,9 @@ class DataParallelAgent:
     def reset_noise(self, done: np.ndarray) -> None:
         self.agent.reset_noise(done)
 
+    def value(self, observation: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+        return self.agent.value(observation, desired_goal)
+
     def update(self, batch: Any) -> dict[str, float | np.ndarray]:
         return self.agent.update(batch)
 

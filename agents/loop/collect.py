@@ -12,7 +12,7 @@ import her
 from ..algos.base import Agent
 from her_envs import GoalEnvSpec, VectorStep, check_rewards, split_autoreset, step_info
 
-__all__ = ["choose_action", "collect_step", "learn_step", "normalize_from_episode"]
+__all__ = ["choose_action", "choose_behaviour_goals", "collect_step", "learn_step", "normalize_from_episode"]
 
 
 def choose_action(agent: Agent, obs: dict[str, np.ndarray], spec: GoalEnvSpec, n_envs: int, warmup: bool,
@@ -70,3 +70,27 @@ def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int
         agent.update_normalizer(b.observation, b.desired_goal)
     else:
         agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])
+
+
+def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: gym.vector.VectorEnv,
+                           obs: dict[str, np.ndarray], starting: np.ndarray, share: float,
+                           goals: her.MinDensityGoals, rng: np.random.Generator) -> np.ndarray:
+    """Give a behaviour goal (``goals.select``, the agent's :meth:`value` as its cutoff) to each env of bool mask
+    ``starting [n_envs]`` (its episode just began at ``obs``) with probability ``share``: the env pursues it
+    (``her_envs.BehaviourGoal``) and ``obs["desired_goal"]`` is updated in place. Returns the bool mask
+    ``[n_envs]`` of the envs given one (none while the replay is empty)."""
+    given = np.zeros(len(starting), bool)
+    envs = np.flatnonzero(starting)
+    envs = envs[rng.random(envs.size) < share]
+    if envs.size == 0:
+        return given
+    chosen = goals.select(replay.storage, obs["observation"][envs], rng, agent.value)
+    if chosen is None:
+        return given
+    values: list[np.ndarray | None] = [None] * len(starting)
+    for i, g in zip(envs, chosen):
+        values[i] = g
+    env.set_attr("behaviour_goal", values)
+    obs["desired_goal"][envs] = chosen
+    given[envs] = True
+    return given

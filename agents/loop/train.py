@@ -46,7 +46,7 @@ from ..run.checkpoint import (
 )
 from ..run.logger import NullLogger, RunLogger
 from ..run.run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
-from .collect import choose_action, collect_step, learn_step, normalize_from_episode
+from .collect import choose_action, choose_behaviour_goals, collect_step, learn_step, normalize_from_episode
 from her_envs import (
     GoalEnvSpec,
     goal_env_spec,
@@ -418,6 +418,10 @@ class TrainingState:
     env: gym.vector.VectorEnv | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """More entries for ``checkpoint.pt`` (e.g. the W&B run id)."""
+    goals: her.MinDensityGoals | None = None
+    """The behaviour-goal chooser (``env.behaviour_goals`` > 0), else None."""
+    goal_given: np.ndarray | None = None
+    """bool [n_envs]: which training envs pursue a behaviour goal in their current episode."""
 
     def shared(self, cfg: Config) -> dict[str, Any]:
         return {"agent": self.agent.state_dict(), "config": config_dict(cfg),
@@ -431,6 +435,7 @@ class TrainingState:
             "rng": process_rng_state(self.rng), "agent_rng": self.agent.rng.bit_generator.state, "envs": envs,
             "replay_schedule": replay_schedule(self.replay), "update_schedule": self.schedule.state_dict(),
             "eval_window": self.evals.state_dict(), "hooks": hooks.state_dict(),
+            **({"behaviour_goals": self.goals.state_dict()} if self.goals is not None else {}),
         }
 
     def restore(self, state: dict[str, Any], own: dict[str, Any], replay_arrays: dict[str, np.ndarray] | None,
@@ -456,6 +461,8 @@ class TrainingState:
         if "eval_window" in own:
             self.evals.load_state_dict(own["eval_window"])
         hooks.load_state_dict(own.get("hooks", {}))
+        if self.goals is not None and "behaviour_goals" in own:
+            self.goals.load_state_dict(own["behaviour_goals"])
         envs = own.get("envs", {})
         if len(envs.get("eval", ())) == self.eval_env.num_envs:  # env.eval_envs may change on resume
             set_vector_rng_states(self.eval_env, envs["eval"])
@@ -585,6 +592,9 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     counters = new_counters()
     schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
     state = TrainingState(agent, replay, eval_env, counters, schedule, EvalLog(counters), rng, env)
+    if cfg.env.behaviour_goals > 0:
+        state.goals = her.MinDensityGoals(
+            min_cutoff=her.MinDensityGoals.min_cutoff_for(t_cfg.gamma, spec.max_episode_steps or 50))
     wandb_id, envs_restored = _restore(state, saved, run_dir, hooks)
     # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
     logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
@@ -595,6 +605,9 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
     obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.discard_in_progress()
+    if state.goals is not None:  # every env starts an episode (a resume: with a goal chosen afresh)
+        state.goal_given = choose_behaviour_goals(agent, replay, env, obs, np.ones(cfg.env.n_envs, bool),
+                                                  cfg.env.behaviour_goals, state.goals, rng)
     return Run(cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
                cfg.env.id, cfg.env.n_envs)
 
@@ -619,7 +632,7 @@ def _open_envs(cfg: Config, seed: int,
                cleanup: contextlib.ExitStack) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
     """The training and the evaluation vector envs (seeds ``seed`` and ``seed + 10_000``)."""
     env = make_vector_env(cfg.env.id, cfg.env.n_envs, cfg.env.vectorization, seed=seed,
-                          grasped_start=cfg.env.grasped_start)
+                          grasped_start=cfg.env.grasped_start, behaviour_goals=cfg.env.behaviour_goals > 0)
     cleanup.callback(env.close)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=seed + 10_000)
     cleanup.callback(eval_env.close)
@@ -650,6 +663,10 @@ def collect(run: Run) -> None:
         s.agent.reset_noise(step.done)
         s.evals.train_successes.extend(step.is_success[step.done].astype(float).tolist())  # in place: EvalLog's
         s.counters["episodes"] += int(step.done.sum())
+        if s.goals is not None:  # MEGA's cutoff follows the behaviour-goal episodes' success
+            s.goals.record(step.is_success[step.done & s.goal_given])
+            s.goal_given[step.done] = choose_behaviour_goals(s.agent, s.replay, s.env, run.obs, step.done,
+                                                             run.cfg.env.behaviour_goals, s.goals, s.rng)[step.done]
     for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
         normalize_from_episode(s.agent, s.replay, start, T, t_cfg.normalizer_relabeled)
 

@@ -1,0 +1,171 @@
+"""Behaviour goals: which goal a training episode pursues (relabeling decides which goal a stored transition is
+learned with; this decides what the agent tries while collecting).
+
+``MinDensityGoals`` is the goal choice of Maximum Entropy Gain Exploration (MEGA; Pitis, Chan, Zhao, Stadie & Ba
+2020, "Maximum Entropy Gain Exploration for Long Horizon Multi-goal Reinforcement Learning", Sec. 4 and Alg. 1):
+at the start of an episode, pursue the achieved goal of lowest estimated density among the stored ones the agent
+believes it can reach, so that the frontier of what has been achieved (a box that went up a few centimetres) is
+practised again instead of left to chance.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._util import check_real
+from .storage import EpisodeStorage, check_is_storage
+
+__all__ = ["MinDensityGoals", "ValueFn"]
+
+ValueFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""``value_fn(observation [N, *obs_shape], desired_goal [N, *goal_shape]) -> float [N]``: the agent's value of
+pursuing each goal from each observation (e.g. ``Q(s, pi(s, g), g)``)."""
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+class MinDensityGoals:
+    """MEGA's behaviour goal (Pitis et al. 2020, Sec. 4.2, Eq. 4 and Alg. 1): the stored achieved goal of lowest
+    density among those whose value clears a cutoff.
+
+    For each episode that starts (:meth:`select`): ``n_candidates`` achieved goals are drawn uniformly from the
+    stored transitions' states; their density is a Gaussian kernel density estimate over ``n_fit`` other stored
+    achieved goals, standardized by that sample's mean and standard deviation (kernel width ``bandwidth``); with a
+    ``value_fn``, candidates whose value from the episode's first observation is below :attr:`cutoff` are dropped
+    (MEGA's Q cutoff: goals the agent cannot reach yet are no use to practise), and the rarest of the rest is the
+    behaviour goal (when none clears the cutoff, the candidate of highest value).
+
+    The cutoff adapts as MEGA's does (:meth:`record`): over the last ``window`` behaviour-goal episodes, a
+    success rate >= ``success_band[1]`` lowers it by 1 (reach further), <= ``success_band[0]`` raises it by 1,
+    within ``[min_cutoff, initial_cutoff]``.
+
+    Args:
+        n_candidates: achieved goals drawn per episode (>= 1; MEGA 500).
+        n_fit: stored achieved goals the density is estimated from at each call (>= 1).
+        bandwidth: kernel width on standardized goals (> 0; MEGA 0.1).
+        initial_cutoff: the cutoff to start from and its largest value (a value: with rewards -1 / 0, minus
+            the expected steps to the goal, roughly; MEGA -3).
+        min_cutoff: its smallest value (<= ``initial_cutoff``; MEGA ``-(1 - gamma^(0.8 T)) / (1 - gamma)``,
+            :meth:`min_cutoff_for`).
+        window: behaviour-goal episodes the success rate is taken over (>= 1; MEGA 10).
+        success_band: ``(low, high)`` success rates, ``0 <= low <= high <= 1`` (MEGA ``(0.3, 0.7)``).
+
+    Raises:
+        ValueError / TypeError: a setting out of its range, naming it.
+    """
+
+    def __init__(self, n_candidates: int = 500, n_fit: int = 2000, bandwidth: float = 0.1,
+                 initial_cutoff: float = -3.0, min_cutoff: float = -27.7, window: int = 10,
+                 success_band: tuple[float, float] = (0.3, 0.7)) -> None:
+        self.n_candidates = _count(n_candidates, "n_candidates")
+        self.n_fit = _count(n_fit, "n_fit")
+        self.bandwidth = check_real("bandwidth", bandwidth, "a finite number > 0", 0.0, math.inf, True, True)
+        self.initial_cutoff = check_real("initial_cutoff", initial_cutoff, "a finite number", -math.inf, math.inf,
+                                         True, True)
+        self.min_cutoff = check_real("min_cutoff", min_cutoff, f"a finite number <= initial_cutoff "
+                                     f"({self.initial_cutoff})", -math.inf, self.initial_cutoff, True)
+        self.window = _count(window, "window")
+        if not (isinstance(success_band, (tuple, list)) and len(success_band) == 2):
+            raise ValueError(f"success_band must be (low, high), got {success_band!r}")
+        low = check_real("success_band[0]", success_band[0], "a number in [0, 1]", 0.0, 1.0)
+        high = check_real("success_band[1]", success_band[1], f"a number in [{low}, 1]", low, 1.0)
+        self.success_band = (low, high)
+        self.cutoff = self.initial_cutoff
+        self._outcomes: deque[float] = deque(maxlen=self.window)
+
+    @staticmethod
+    def min_cutoff_for(gamma: float, max_episode_steps: int) -> float:
+        """MEGA's lowest cutoff: the value of a goal reached after 80% of an episode of -1 rewards,
+        ``-(1 - gamma^(0.8 T)) / (1 - gamma)`` (``-0.8 T`` at ``gamma = 1``)."""
+        check_real("gamma", gamma, "a number in (0, 1]", 0.0, 1.0, True)
+        steps = 0.8 * _count(max_episode_steps, "max_episode_steps")
+        return -steps if gamma == 1.0 else -(1.0 - gamma ** steps) / (1.0 - gamma)
+
+    def select(self, storage: EpisodeStorage, observation: np.ndarray, rng: np.random.Generator,
+               value_fn: ValueFn | None = None) -> np.ndarray | None:
+        """Behaviour goals for the episodes starting at ``observation``.
+
+        Args:
+            storage: a goal storage (``goal_shape`` set); its stored transitions' achieved goals are the pool.
+            observation: float ``[N, *observation_shape]``, the first observation of each episode.
+            rng: the numpy Generator the candidates are drawn with.
+            value_fn: see :data:`ValueFn`; None: no cutoff (the rarest candidate).
+
+        Returns:
+            float32 ``[N, *goal_shape]``, or None while the storage holds no transition.
+
+        Raises:
+            ValueError: a storage without goals, an observation of another shape, or a ``value_fn`` that does
+                not return ``N * n_candidates`` finite values.
+        """
+        check_is_storage(storage)
+        if not storage.has_goals:
+            raise ValueError("MinDensityGoals needs a goal storage (goal_shape set)")
+        observation = np.asarray(observation, np.float32)
+        if observation.shape[1:] != storage.observation_shape or observation.ndim < 2:
+            raise ValueError(f"observation must be [N, *{storage.observation_shape}], got shape {observation.shape}")
+        pool = np.flatnonzero(storage.sampleable)
+        if pool.size == 0:
+            return None
+        n, m = observation.shape[0], self.n_candidates
+        goals = storage.achieved_goal
+        candidates = goals[pool[rng.integers(pool.size, size=n * m)]].reshape(n * m, -1)
+        fit = goals[pool[rng.integers(pool.size, size=self.n_fit)]].reshape(self.n_fit, -1).astype(np.float64)
+        mean, std = fit.mean(0), fit.std(0) + 1e-4  # +1e-4: a coordinate that never moved
+        log_density = _log_kde((candidates - mean) / std, (fit - mean) / std, self.bandwidth).reshape(n, m)
+        score = log_density  # lower is chosen
+        if value_fn is not None:
+            states = np.repeat(observation, m, axis=0)
+            value = np.asarray(value_fn(states, candidates.reshape(n * m, *storage.goal_shape)), np.float64)
+            if value.shape != (n * m,) or not np.isfinite(value).all():
+                raise ValueError(f"value_fn must return {n * m} finite values, got shape {value.shape}"
+                                 + ("" if value.shape != (n * m,) else " with NaN or inf"))
+            value = value.reshape(n, m)
+            viable = value >= self.cutoff
+            # rarest viable candidate; where none is viable, the one of highest value
+            score = np.where(viable, log_density, np.inf)
+            score[~viable.any(1)] = -value[~viable.any(1)]
+        pick = score.argmin(1)
+        chosen = candidates.reshape(n, m, -1)[np.arange(n), pick]
+        return chosen.reshape(n, *storage.goal_shape).astype(np.float32, copy=False)
+
+    def record(self, success: np.ndarray) -> None:
+        """The outcomes (bool ``[K]``) of behaviour-goal episodes that ended; adapts :attr:`cutoff`."""
+        for s in np.asarray(success, bool).reshape(-1):
+            self._outcomes.append(float(s))
+            if len(self._outcomes) < self.window:
+                continue
+            rate = sum(self._outcomes) / self.window
+            if rate >= self.success_band[1]:
+                self.cutoff = max(self.min_cutoff, self.cutoff - 1.0)
+                self._outcomes.clear()
+            elif rate <= self.success_band[0]:
+                self.cutoff = min(self.initial_cutoff, self.cutoff + 1.0)
+                self._outcomes.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The adaptive part (cutoff and recent outcomes), for checkpoints."""
+        return {"cutoff": self.cutoff, "outcomes": list(self._outcomes)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cutoff = float(np.clip(state["cutoff"], self.min_cutoff, self.initial_cutoff))
+        self._outcomes = deque((float(v) for v in state["outcomes"]), maxlen=self.window)
+
+
+def _log_kde(x: np.ndarray, data: np.ndarray, bandwidth: float) -> np.ndarray:
+    """Log of a Gaussian kernel density estimate at ``x [M, D]`` from ``data [F, D]``, up to a constant (which
+    does not change an argmin), float64 [M]."""
+    sq = (x * x).sum(1)[:, None] + (data * data).sum(1)[None, :] - 2.0 * x @ data.T  # [M, F]
+    z = -np.maximum(sq, 0.0) / (2.0 * bandwidth * bandwidth)
+    top = z.max(1, keepdims=True)
+    return (top + np.log(np.exp(z - top).sum(1, keepdims=True)))[:, 0]
