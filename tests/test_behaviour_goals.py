@@ -3,6 +3,7 @@ adaptation, state), the env wrapper that pursues a chosen goal, the agents' valu
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,9 @@ def test_training_episodes_pursue_stored_achieved_goals_and_the_chooser_is_check
     assert all(np.any(np.all(achieved == g, axis=1)) for g in later)
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["behaviour_goals"]  # the chooser's state
     assert saved["cutoff"] <= -3.0 and len(saved["outcomes"]) <= 10
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[-1]["explore/goal_cutoff"]) == saved["cutoff"]
     # a resume restores it and goes on
     result = train(_small_cfg(tmp_path / "run", "env.behaviour_goals=1.0", "train.total_env_steps=600"),
                    resume=str(tmp_path / "run"))

@@ -721,7 +721,8 @@ def evaluate_and_checkpoint(run: Run) -> None:
     """Evaluate and log a row, record a video every ``log.video_every`` evaluations, and checkpoint."""
     s = run.state
     run.next_eval += run.cfg.train.eval_every
-    row = s.evals.log(s.agent, s.eval_env, run.cfg.train.eval_episodes, run.logger, run.hooks)
+    extras = {"explore/goal_cutoff": s.goals.cutoff} if s.goals is not None else None  # MEGA's current cutoff
+    row = s.evals.log(s.agent, s.eval_env, run.cfg.train.eval_episodes, run.logger, run.hooks, extras)
     if run.cfg.log.video_every and s.counters["evals"] % run.cfg.log.video_every == 0:
         run.logger.log_video(s.agent, run.env_id, step=s.counters["env_steps"])
     run.progress.set_postfix(eval_success=f"{row['eval/success_rate']:.2f}")
