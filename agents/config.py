@@ -83,6 +83,10 @@ class EnvConfig:
     those the critic values above an adaptive cutoff. Their stored desired goal is that goal. Goal envs that keep
     their goal in ``env.unwrapped.goal`` (``her_envs.BehaviourGoal``); not with ``dist.mode=actor_learner``.
     Evaluation episodes never do."""
+    behaviour_goal_support: float = 0.0
+    """With ``behaviour_goals``: prefer achieved goals within this many standard deviations of one of the env's own
+    desired goals (``her.MinDensityGoals(desired_support=...)``, >= 0; 0: any achieved goal), so that a rare goal
+    the task never asks for (an object knocked off the table) is not the one practised."""
 
     def __post_init__(self) -> None:
         """Raises:
@@ -90,7 +94,7 @@ class EnvConfig:
             FetchPickAndPlace."""
         check_types(self)
         check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE, "grasped_start": UNIT_INTERVAL,
-                            "behaviour_goals": UNIT_INTERVAL})
+                            "behaviour_goals": UNIT_INTERVAL, "behaviour_goal_support": NON_NEGATIVE})
         require(not self.grasped_start or self.id.startswith("FetchPickAndPlace"), "grasped_start",
                 f"0 for {self.id} (it needs an object to hold: FetchPickAndPlace)", self.grasped_start)
 

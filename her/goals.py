@@ -45,6 +45,12 @@ class MinDensityGoals:
     (MEGA's Q cutoff: goals the agent cannot reach yet are no use to practise), and the rarest of the rest is the
     behaviour goal (when none clears the cutoff, the candidate of highest value).
 
+    With ``desired_support`` > 0, the candidates inside the support of the env's own desired goals (those
+    :meth:`observe_desired` was given) come first: a candidate within ``desired_support`` of one of them, both
+    standardized by the desired goals' mean and standard deviation (a top-hat kernel, as OMEGA's desired-goal
+    density in Pitis et al. 2020, Sec. 5); the rest only where no viable candidate is inside. Achieved goals
+    the task never asks for (an object knocked off the table) are then not practised for being rare.
+
     The cutoff adapts as MEGA's does (:meth:`record`): over the last ``window`` behaviour-goal episodes, a
     success rate >= ``success_band[1]`` lowers it by 1 (reach further), <= ``success_band[0]`` raises it by 1,
     within ``[min_cutoff, initial_cutoff]``.
@@ -59,6 +65,9 @@ class MinDensityGoals:
             :meth:`min_cutoff_for`).
         window: behaviour-goal episodes the success rate is taken over (>= 1; MEGA 10).
         success_band: ``(low, high)`` success rates, ``0 <= low <= high <= 1`` (MEGA ``(0.3, 0.7)``).
+        desired_support: radius (>= 0; 0: off) of the desired-goal support, in standard deviations of the
+            desired goals.
+        n_desired: env desired goals kept for it (>= 1; the most recent).
 
     Raises:
         ValueError / TypeError: a setting out of its range, naming it.
@@ -66,7 +75,8 @@ class MinDensityGoals:
 
     def __init__(self, n_candidates: int = 500, n_fit: int = 2000, bandwidth: float = 0.1,
                  initial_cutoff: float = -3.0, min_cutoff: float = -27.7, window: int = 10,
-                 success_band: tuple[float, float] = (0.3, 0.7)) -> None:
+                 success_band: tuple[float, float] = (0.3, 0.7), desired_support: float = 0.0,
+                 n_desired: int = 10_000) -> None:
         self.n_candidates = _count(n_candidates, "n_candidates")
         self.n_fit = _count(n_fit, "n_fit")
         self.bandwidth = check_real("bandwidth", bandwidth, "a finite number > 0", 0.0, math.inf, True, True)
@@ -80,8 +90,12 @@ class MinDensityGoals:
         low = check_real("success_band[0]", success_band[0], "a number in [0, 1]", 0.0, 1.0)
         high = check_real("success_band[1]", success_band[1], f"a number in [{low}, 1]", low, 1.0)
         self.success_band = (low, high)
+        self.desired_support = check_real("desired_support", desired_support, "a finite number >= 0", 0.0, math.inf,
+                                          False, True)
+        self.n_desired = _count(n_desired, "n_desired")
         self.cutoff = self.initial_cutoff
         self._outcomes: deque[float] = deque(maxlen=self.window)
+        self._desired: list[np.ndarray] = []  # chunks of env desired goals, the newest last
 
     @staticmethod
     def min_cutoff_for(gamma: float, max_episode_steps: int) -> float:
@@ -90,6 +104,16 @@ class MinDensityGoals:
         check_real("gamma", gamma, "a number in (0, 1]", 0.0, 1.0, True)
         steps = 0.8 * _count(max_episode_steps, "max_episode_steps")
         return -steps if gamma == 1.0 else -(1.0 - gamma ** steps) / (1.0 - gamma)
+
+    def observe_desired(self, desired_goal: np.ndarray) -> None:
+        """Keep the env's own desired goals ``[K, *goal_shape]`` (before any is replaced) for ``desired_support``;
+        the most recent ``n_desired`` are kept."""
+        g = np.asarray(desired_goal, np.float32)
+        if g.size == 0:
+            return
+        self._desired.append(g.reshape(g.shape[0], -1).copy())
+        kept = np.concatenate(self._desired)[-self.n_desired:]
+        self._desired = [kept]
 
     def select(self, storage: EpisodeStorage, observation: np.ndarray, rng: np.random.Generator,
                value_fn: ValueFn | None = None) -> np.ndarray | None:
@@ -132,9 +156,15 @@ class MinDensityGoals:
                                  + ("" if value.shape != (n * m,) else " with NaN or inf"))
             value = value.reshape(n, m)
             viable = value >= self.cutoff
-            # rarest viable candidate; where none is viable, the one of highest value
-            score = np.where(viable, log_density, np.inf)
-            score[~viable.any(1)] = -value[~viable.any(1)]
+        else:
+            value, viable = np.zeros((n, m)), np.ones((n, m), bool)
+        if self.desired_support > 0 and self._desired:
+            inside = self._in_desired_support(candidates).reshape(n, m)
+            first = viable & inside
+            viable = np.where(first.any(1, keepdims=True), first, viable)
+        # rarest viable candidate; where none is viable, the one of highest value
+        score = np.where(viable, log_density, np.inf)
+        score[~viable.any(1)] = -value[~viable.any(1)]
         pick = score.argmin(1)
         chosen = candidates.reshape(n, m, -1)[np.arange(n), pick]
         return chosen.reshape(n, *storage.goal_shape).astype(np.float32, copy=False)
@@ -153,19 +183,40 @@ class MinDensityGoals:
                 self.cutoff = min(self.initial_cutoff, self.cutoff + 1.0)
                 self._outcomes.clear()
 
+    def _in_desired_support(self, candidates: np.ndarray) -> np.ndarray:
+        """bool [M]: candidates ``[M, D]`` within ``desired_support`` standard deviations of a kept desired goal."""
+        desired = self._desired[0].astype(np.float64)
+        mean, std = desired.mean(0), desired.std(0) + 1e-4
+        x, d = (candidates - mean) / std, (desired - mean) / std
+        inside = np.zeros(len(x), bool)
+        for i in range(0, len(x), 512):  # [512, K] distances at a time
+            c = x[i:i + 512]
+            sq = (c * c).sum(1)[:, None] + (d * d).sum(1)[None, :] - 2.0 * c @ d.T
+            inside[i:i + 512] = sq.min(1) <= self.desired_support ** 2
+        return inside
+
     def state_dict(self) -> dict[str, Any]:
-        """The adaptive part (cutoff and recent outcomes), for checkpoints."""
-        return {"cutoff": self.cutoff, "outcomes": list(self._outcomes)}
+        """The adaptive part (cutoff, recent outcomes, kept desired goals), for checkpoints."""
+        return {"cutoff": self.cutoff, "outcomes": list(self._outcomes),
+                "desired": self._desired[0].copy() if self._desired else np.zeros((0, 0), np.float32)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cutoff = float(np.clip(state["cutoff"], self.min_cutoff, self.initial_cutoff))
         self._outcomes = deque((float(v) for v in state["outcomes"]), maxlen=self.window)
+        desired = np.asarray(state.get("desired", np.zeros((0, 0))), np.float32)
+        self._desired = [desired[-self.n_desired:]] if desired.size else []
 
 
 def _log_kde(x: np.ndarray, data: np.ndarray, bandwidth: float) -> np.ndarray:
     """Log of a Gaussian kernel density estimate at ``x [M, D]`` from ``data [F, D]``, up to a constant (which
-    does not change an argmin), float64 [M]."""
+    does not change an argmin), float64 [M]. Points of ``data`` equal to the evaluated one are left out (a
+    candidate drawn into the fitted sample too would otherwise look as dense as a cluster); ``-inf`` where
+    nothing else is left."""
     sq = (x * x).sum(1)[:, None] + (data * data).sum(1)[None, :] - 2.0 * x @ data.T  # [M, F]
-    z = -np.maximum(sq, 0.0) / (2.0 * bandwidth * bandwidth)
+    same = sq <= 1e-9 * (1.0 + (x * x).sum(1)[:, None])  # equal up to the rounding of the expansion above
+    z = np.where(same, -np.inf, -np.maximum(sq, 0.0) / (2.0 * bandwidth * bandwidth))
     top = z.max(1, keepdims=True)
-    return (top + np.log(np.exp(z - top).sum(1, keepdims=True)))[:, 0]
+    finite = np.isfinite(top[:, 0])
+    out = np.full(len(x), -np.inf)
+    out[finite] = (top[finite] + np.log(np.exp(z[finite] - top[finite]).sum(1, keepdims=True)))[:, 0]
+    return out

@@ -58,6 +58,27 @@ def test_the_cutoff_drops_goals_valued_below_it_and_falls_back_to_the_highest_va
     assert np.linalg.norm(chosen[0]) <= np.quantile(np.linalg.norm(pool, axis=1), 0.01)
 
 
+def test_with_a_desired_support_the_rarest_goal_the_env_would_ask_for_comes_first():
+    rng = np.random.default_rng(2)
+    ag = clustered(rng, outlier=(2.0, 2.0, 2.0)) * 0.01  # a tight cluster: a rare state is rare even in the fit
+    ag[0, 0] = (2.0, 2.0, 2.0)
+    ag[1, 0] = (0.0, 0.0, 0.5)  # a second rare state, inside the desired goals' support
+    storage = storage_with(ag)
+    desired = np.concatenate([rng.normal(0.0, 0.01, (500, 3)), rng.uniform((-0.02, -0.02, 0.0), (0.02, 0.02, 0.6),
+                                                                           (500, 3))])
+    plain = her.MinDensityGoals(n_candidates=2000, n_fit=500)
+    supported = her.MinDensityGoals(n_candidates=2000, n_fit=500, desired_support=1.0, n_desired=800)
+    for goals in (plain, supported):
+        goals.observe_desired(desired[:300])
+        goals.observe_desired(desired[300:])
+    assert supported.state_dict()["desired"].shape == (800, 3)  # the most recent n_desired
+    np.testing.assert_allclose(plain.select(storage, np.zeros((1, 2)), rng)[0], (2.0, 2.0, 2.0))
+    np.testing.assert_allclose(supported.select(storage, np.zeros((1, 2)), rng)[0], (0.0, 0.0, 0.5))
+    # a support with nothing viable inside: the viable candidates outside it are chosen from
+    only_far = supported.select(storage, np.zeros((1, 2)), rng, lambda o, g: np.where(g[:, 0] > 1.0, 0.0, -100.0))
+    np.testing.assert_allclose(only_far[0], (2.0, 2.0, 2.0))
+
+
 def test_the_cutoff_adapts_to_the_behaviour_goals_success_within_its_bounds():
     goals = her.MinDensityGoals(initial_cutoff=-3.0, min_cutoff=-5.0, window=10)
     goals.record(np.ones(10, bool))  # 100% success: reach further
@@ -70,10 +91,12 @@ def test_the_cutoff_adapts_to_the_behaviour_goals_success_within_its_bounds():
     assert goals.cutoff == -3.0  # back up, clipped at initial_cutoff
     goals.record(np.array([True] * 5 + [False] * 5))  # 50%: within the band, unchanged
     assert goals.cutoff == -3.0
+    goals.observe_desired(np.ones((4, 3)))
     state = goals.state_dict()
     other = her.MinDensityGoals(initial_cutoff=-3.0, min_cutoff=-5.0, window=10)
     other.load_state_dict(state)
-    assert other.state_dict() == state
+    assert other.cutoff == goals.cutoff and other.state_dict()["outcomes"] == state["outcomes"]
+    np.testing.assert_array_equal(other.state_dict()["desired"], np.ones((4, 3)))
     assert her.MinDensityGoals.min_cutoff_for(0.98, 50) == pytest.approx(-(1 - 0.98 ** 40) / 0.02)
     assert her.MinDensityGoals.min_cutoff_for(1.0, 50) == -40.0
 
@@ -101,7 +124,8 @@ def test_an_empty_storage_gives_no_goal_and_bad_inputs_are_one_line():
     ({"bandwidth": 0.0}, "bandwidth must be a finite number > 0"), ({"initial_cutoff": np.inf}, "initial_cutoff"),
     ({"min_cutoff": 0.0}, "min_cutoff must be a finite number <= initial_cutoff"), ({"window": True}, "window"),
     ({"success_band": (0.7, 0.3)}, r"success_band\[1\] must be a number in \[0.7, 1\]"),
-    ({"success_band": 0.5}, "success_band must be"),
+    ({"success_band": 0.5}, "success_band must be"), ({"desired_support": -1.0}, "desired_support must be"),
+    ({"n_desired": 0}, "n_desired must be an int >= 1"),
 ])
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -150,7 +174,7 @@ def _small_cfg(run_dir: Path, *extra: str):
 
 
 def test_training_episodes_pursue_stored_achieved_goals_and_the_chooser_is_checkpointed(tmp_path):
-    train(_small_cfg(tmp_path / "run", "env.behaviour_goals=1.0"))
+    train(_small_cfg(tmp_path / "run", "env.behaviour_goals=1.0", "env.behaviour_goal_support=0.2"))
     with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:
         n = int(z["storage/scalars"][2])
         step = z["storage/field.step"][:n]
@@ -163,17 +187,20 @@ def test_training_episodes_pursue_stored_achieved_goals_and_the_chooser_is_check
     assert all(np.any(np.all(achieved == g, axis=1)) for g in later)
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["behaviour_goals"]  # the chooser's state
     assert saved["cutoff"] <= -3.0 and len(saved["outcomes"]) <= 10
+    assert saved["desired"].shape == (10, 3)  # the env's goals of the 8 stored episodes and the 2 begun at the end
     with open(tmp_path / "run" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert float(rows[-1]["explore/goal_cutoff"]) == saved["cutoff"]
     # a resume restores it and goes on
-    result = train(_small_cfg(tmp_path / "run", "env.behaviour_goals=1.0", "train.total_env_steps=600"),
+    result = train(_small_cfg(tmp_path / "run", "env.behaviour_goals=1.0", "env.behaviour_goal_support=0.2",
+                              "train.total_env_steps=600"),
                    resume=str(tmp_path / "run"))
     assert result.env_steps == 600
 
 
 @pytest.mark.parametrize("overrides, match", [
     (["env.behaviour_goals=1.5"], "env.behaviour_goals must be"),
+    (["env.behaviour_goal_support=-0.1"], "env.behaviour_goal_support must be"),
     (["env.behaviour_goals=0.5", "dist.mode=actor_learner"], "env.behaviour_goals must be 0 with dist.mode=actor_learner"),
 ])
 def test_bad_behaviour_goal_settings_are_one_line(overrides, match):

@@ -76,11 +76,13 @@ def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: gym.v
                            obs: dict[str, np.ndarray], starting: np.ndarray, share: float,
                            goals: her.MinDensityGoals, rng: np.random.Generator) -> np.ndarray:
     """Give a behaviour goal (``goals.select``, the agent's :meth:`value` as its cutoff) to each env of bool mask
-    ``starting [n_envs]`` (its episode just began at ``obs``) with probability ``share``: the env pursues it
+    ``starting [n_envs]`` (its episode just began at ``obs``) with probability ``share`` (all of their env goals go
+    to ``goals.observe_desired`` first): the env pursues it
     (``her_envs.BehaviourGoal``) and ``obs["desired_goal"]`` is updated in place. Returns the bool mask
     ``[n_envs]`` of the envs given one (none while the replay is empty)."""
     given = np.zeros(len(starting), bool)
     envs = np.flatnonzero(starting)
+    goals.observe_desired(obs["desired_goal"][envs])  # the env's own goals, before any is replaced
     envs = envs[rng.random(envs.size) < share]
     if envs.size == 0:
         return given

@@ -594,7 +594,8 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     state = TrainingState(agent, replay, eval_env, counters, schedule, EvalLog(counters), rng, env)
     if cfg.env.behaviour_goals > 0:
         state.goals = her.MinDensityGoals(
-            min_cutoff=her.MinDensityGoals.min_cutoff_for(t_cfg.gamma, spec.max_episode_steps or 50))
+            min_cutoff=her.MinDensityGoals.min_cutoff_for(t_cfg.gamma, spec.max_episode_steps or 50),
+            desired_support=cfg.env.behaviour_goal_support)
     wandb_id, envs_restored = _restore(state, saved, run_dir, hooks)
     # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
     logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
