@@ -32,6 +32,7 @@ from .vector import (
     vector_rng_states,
 )
 from .wrappers import (
+    BehaviourGoal,
     CopyObservation,
     EpisodeStartRNG,
     GraspedStart,
@@ -44,6 +45,7 @@ from .wrappers import (
 __all__ = [
     "FETCH_TASKS",
     "GOAL_KEYS",
+    "BehaviourGoal",
     "CopyObservation",
     "EpisodeStartRNG",
     "GoalEnvSpec",
