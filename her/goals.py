@@ -95,7 +95,7 @@ class MinDensityGoals:
         self.n_desired = _count(n_desired, "n_desired")
         self.cutoff = self.initial_cutoff
         self._outcomes: deque[float] = deque(maxlen=self.window)
-        self._desired: list[np.ndarray] = []  # chunks of env desired goals, the newest last
+        self._desired: np.ndarray | None = None  # the kept env desired goals [K, D], the newest last
 
     @staticmethod
     def min_cutoff_for(gamma: float, max_episode_steps: int) -> float:
@@ -111,9 +111,9 @@ class MinDensityGoals:
         g = np.asarray(desired_goal, np.float32)
         if g.size == 0:
             return
-        self._desired.append(g.reshape(g.shape[0], -1).copy())
-        kept = np.concatenate(self._desired)[-self.n_desired:]
-        self._desired = [kept]
+        g = g.reshape(g.shape[0], -1)
+        kept = g if self._desired is None else np.concatenate([self._desired, g])
+        self._desired = kept[-self.n_desired:].copy()
 
     def select(self, storage: EpisodeStorage, observation: np.ndarray, rng: np.random.Generator,
                value_fn: ValueFn | None = None) -> np.ndarray | None:
@@ -158,7 +158,7 @@ class MinDensityGoals:
             viable = value >= self.cutoff
         else:
             value, viable = np.zeros((n, m)), np.ones((n, m), bool)
-        if self.desired_support > 0 and self._desired:
+        if self.desired_support > 0 and self._desired is not None:
             inside = self._in_desired_support(candidates).reshape(n, m)
             first = viable & inside
             viable = np.where(first.any(1, keepdims=True), first, viable)
@@ -185,7 +185,7 @@ class MinDensityGoals:
 
     def _in_desired_support(self, candidates: np.ndarray) -> np.ndarray:
         """bool [M]: candidates ``[M, D]`` within ``desired_support`` standard deviations of a kept desired goal."""
-        desired = self._desired[0].astype(np.float64)
+        desired = self._desired.astype(np.float64)
         mean, std = desired.mean(0), desired.std(0) + 1e-4
         x, d = (candidates - mean) / std, (desired - mean) / std
         inside = np.zeros(len(x), bool)
@@ -198,13 +198,13 @@ class MinDensityGoals:
     def state_dict(self) -> dict[str, Any]:
         """The adaptive part (cutoff, recent outcomes, kept desired goals), for checkpoints."""
         return {"cutoff": self.cutoff, "outcomes": list(self._outcomes),
-                "desired": self._desired[0].copy() if self._desired else np.zeros((0, 0), np.float32)}
+                "desired": self._desired.copy() if self._desired is not None else np.zeros((0, 0), np.float32)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cutoff = float(np.clip(state["cutoff"], self.min_cutoff, self.initial_cutoff))
         self._outcomes = deque((float(v) for v in state["outcomes"]), maxlen=self.window)
         desired = np.asarray(state.get("desired", np.zeros((0, 0))), np.float32)
-        self._desired = [desired[-self.n_desired:]] if desired.size else []
+        self._desired = desired[-self.n_desired:].copy() if desired.size else None
 
 
 def _log_kde(x: np.ndarray, data: np.ndarray, bandwidth: float) -> np.ndarray:
