@@ -77,6 +77,14 @@ class EnvConfig:
     grasped_start: float = 0.0
     """Share (in [0, 1]) of the training episodes that start with the object held in the gripper, as the HER paper
     did for pick-and-place (``her_envs.GraspedStart``); FetchPickAndPlace only. Evaluation episodes never do."""
+    rare_state_start: float = 0.0
+    """Share (in [0, 1]) of the training episodes that start from an archived state whose achieved goal was rarely
+    reached, among those inside the env's desired-goal support (Go-Explore's return-then-explore,
+    ``her_envs.RareStateStart``): an object lifted by chance becomes a start, with no knowledge of the task.
+    gymnasium-robotics MuJoCo envs; the archive is not in checkpoints. Evaluation episodes never do."""
+    rare_state_cell: float = 0.05
+    """With ``rare_state_start``: edge of the achieved-goal cells states are archived and counted in (> 0, the
+    goal's units: metres for Fetch)."""
     behaviour_goals: float = 0.0
     """Share (in [0, 1]) of the training episodes whose desired goal is replaced, as the episode begins, by MEGA's
     behaviour goal (``her.MinDensityGoals``; Pitis et al. 2020): the stored achieved goal of lowest density among
@@ -94,6 +102,7 @@ class EnvConfig:
             FetchPickAndPlace."""
         check_types(self)
         check_ranges(self, {"n_envs": AT_LEAST_ONE, "eval_envs": AT_LEAST_ONE, "grasped_start": UNIT_INTERVAL,
+                            "rare_state_start": UNIT_INTERVAL, "rare_state_cell": POSITIVE,
                             "behaviour_goals": UNIT_INTERVAL, "behaviour_goal_support": NON_NEGATIVE})
         require(not self.grasped_start or self.id.startswith("FetchPickAndPlace"), "grasped_start",
                 f"0 for {self.id} (it needs an object to hold: FetchPickAndPlace)", self.grasped_start)

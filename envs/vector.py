@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from .make import goal_env_spec, make_env
-from .wrappers import BehaviourGoal, EpisodeStartRNG, GraspedStart
+from .wrappers import BehaviourGoal, EpisodeStartRNG, GraspedStart, RareStateStart
 
 __all__ = [
     "VectorStep", "generator_from_state", "make_vector_env", "set_vector_rng_states", "split_autoreset",
@@ -35,7 +35,7 @@ _ASYNC_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods(
 
 def make_vector_env(
     env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None, grasped_start: float = 0.0,
-    behaviour_goals: bool = False,
+    behaviour_goals: bool = False, rare_state_start: float = 0.0, rare_state_cell: float = 0.05,
 ) -> gym.vector.VectorEnv:
     """``n_envs`` copies of ``env_id`` in gymnasium's Sync/AsyncVectorEnv with SAME_STEP autoreset.
 
@@ -45,13 +45,16 @@ def make_vector_env(
     so envs registered at run time work in them.
     Use :func:`split_autoreset` on each step's output to get the real next observations. Each sub-env is
     wrapped in :class:`EpisodeStartRNG`, and in :class:`GraspedStart` with ``grasped_start`` > 0 (the share of
-    episodes that start with the object in the gripper; for training envs only), and with ``behaviour_goals`` in
-    :class:`BehaviourGoal` (``set_attr("behaviour_goal", ...)`` replaces the goal of an episode that just began).
+    episodes that start with the object in the gripper; for training envs only), in :class:`RareStateStart` with
+    ``rare_state_start`` > 0 (the share of episodes that start from a rarely reached archived state, cells of
+    ``rare_state_cell``; training envs only), and with ``behaviour_goals`` in :class:`BehaviourGoal`
+    (``set_attr("behaviour_goal", ...)`` replaces the goal of an episode that just began).
 
     Raises:
         TypeError: ``n_envs`` is not an int, or the env's spaces do not fit (:func:`make_env`).
         ValueError: ``n_envs`` < 1, an unknown ``vectorization`` or env id, a ``grasped_start`` the env cannot
-            do (:class:`GraspedStart`), or ``behaviour_goals`` for an env without a settable goal
+            do (:class:`GraspedStart`), a ``rare_state_start`` the env cannot do (:class:`RareStateStart`), or
+            ``behaviour_goals`` for an env without a settable goal
             (:class:`BehaviourGoal`).
     """
     if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)):
@@ -64,13 +67,16 @@ def make_vector_env(
     goal_env_spec(env_id)  # validates id, spaces and reward here, not inside a worker
     if grasped_start:
         GraspedStart(make_env(env_id), grasped_start).close()  # its errors here, not inside a worker
+    if rare_state_start:
+        RareStateStart(make_env(env_id), rare_state_start, rare_state_cell).close()
     if behaviour_goals:
         check = BehaviourGoal(make_env(env_id))
         try:
             check.reset(seed=0)
         finally:
             check.close()
-    fns = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals) for _ in range(int(n_envs))]
+    fns = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals, rare_state_start,
+                             rare_state_cell) for _ in range(int(n_envs))]
     kwargs = {"context": _ASYNC_START_METHOD} if vectorization == "async" else {}
     venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
     if seed is not None:
@@ -80,8 +86,11 @@ def make_vector_env(
     return venv
 
 
-def _vector_sub_env(env_id: str, grasped_start: float = 0.0, behaviour_goals: bool = False) -> gym.Env:
+def _vector_sub_env(env_id: str, grasped_start: float = 0.0, behaviour_goals: bool = False,
+                    rare_state_start: float = 0.0, rare_state_cell: float = 0.05) -> gym.Env:
     env = make_env(env_id)
+    if rare_state_start > 0:
+        env = RareStateStart(env, rare_state_start, rare_state_cell)
     env = EpisodeStartRNG(GraspedStart(env, grasped_start) if grasped_start > 0 else env)
     return BehaviourGoal(env) if behaviour_goals else env
 

@@ -12,8 +12,9 @@ by :func:`wrap_goal_env` so that
 
 The sub-envs of the training vector envs (:func:`her_envs.make_vector_env`) are also wrapped in
 :class:`EpisodeStartRNG` (the RNG state their current episode started from, for checkpoints) and, on request, in
-:class:`GraspedStart` (episodes that start with the object in the gripper) and :class:`BehaviourGoal` (the
-training loop replaces the goal of an episode that just began).
+:class:`GraspedStart` (episodes that start with the object in the gripper), :class:`RareStateStart` (episodes
+that start from a rarely reached state the env visited before) and :class:`BehaviourGoal` (the training loop
+replaces the goal of an episode that just began).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import numpy as np
 from gymnasium.utils import seeding
 
 __all__ = [
-    "BehaviourGoal", "CopyObservation", "EpisodeStartRNG", "GraspedStart", "NormalizeAction", "from_env_action",
-    "to_env_action", "wrap_goal_env",
+    "BehaviourGoal", "CopyObservation", "EpisodeStartRNG", "GraspedStart", "NormalizeAction", "RareStateStart",
+    "from_env_action", "to_env_action", "wrap_goal_env",
 ]
 
 
@@ -186,6 +187,115 @@ class GraspedStart(gym.Wrapper):
             utils.mocap_set_action(model, data, np.zeros(7))  # hold the arm where it is
             u._mujoco.mj_step(model, data, nstep=u.n_substeps)
         return {k: np.array(v, copy=True) for k, v in u._get_obs().items()}, info
+
+
+class RareStateStart(gym.Wrapper):
+    """Start a share of the episodes from a state the env reached before whose achieved goal was rarely reached:
+    Go-Explore's "return, then explore" (Ecoffet, Huizinga, Lehman, Stanley & Clune 2021, "First return, then
+    explore", Nature 590; cells of the achieved-goal space, a cell chosen with weight ``1 / sqrt(visits + 1)``),
+    with the cells limited to those the env's own desired goals fall in (the desired-goal support, as OMEGA's in
+    Pitis et al. 2020), so that a rare state the task never asks for (an object knocked off the table) is not one
+    to start from. No knowledge of the task is used beyond the goal spaces and a simulator whose state can be
+    saved and restored; a box that went up by chance is then where later episodes start, where grasped starts
+    (:class:`GraspedStart`) put it by hand.
+
+    Every step's simulator state (MuJoCo's integration state: time, qpos, qvel, actuator, control and mocap
+    state) is kept in the cell of its achieved goal (``floor(achieved_goal / cell_size)`` per coordinate), up to
+    ``states_per_cell`` per cell (a reservoir: a uniform sample of the cell's visits), and every cell's visits are
+    counted. Each reset's desired goal marks its cell as in the support. After the env's own reset (its goal
+    kept), with probability ``probability`` (drawn from the env's ``np_random``, so seeded runs repeat; none at 0),
+    a support cell other than the start's is drawn with weight ``1 / sqrt(visits + 1)``, one of its states is restored and the observation is
+    read again. The archive lives in the wrapper: it is not in checkpoints, and a resumed run starts it anew.
+    Meant for training envs only; evaluate on the plain env.
+
+    For gymnasium-robotics MuJoCo goal envs (``unwrapped.model``, ``unwrapped.data``, ``unwrapped._get_obs()``).
+
+    Args:
+        env: the goal env.
+        probability: share of the episodes that start from an archived state (in [0, 1]).
+        cell_size: edge of a cell, in the achieved goal's units (> 0; metres for Fetch).
+        states_per_cell: states kept per cell (>= 1).
+
+    Raises:
+        ValueError: a setting out of its range, or an env without a MuJoCo state.
+    """
+
+    def __init__(self, env: gym.Env, probability: float = 0.5, cell_size: float = 0.05,
+                 states_per_cell: int = 8) -> None:
+        super().__init__(env)
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"rare state start probability must be in [0, 1], got {probability!r}")
+        if not cell_size > 0.0:
+            raise ValueError(f"rare state start cell_size must be > 0, got {cell_size!r}")
+        if isinstance(states_per_cell, bool) or not isinstance(states_per_cell, int) or states_per_cell < 1:
+            raise ValueError(f"rare state start states_per_cell must be an int >= 1, got {states_per_cell!r}")
+        u = env.unwrapped
+        if not all(hasattr(u, name) for name in ("model", "data", "_get_obs")):
+            raise ValueError(f"a rare state start needs a gymnasium-robotics MuJoCo goal env (model, data, _get_obs), "
+                             f"got {_env_name(env)}")
+        import mujoco  # the env is a MuJoCo one: mujoco is there
+
+        self._mujoco = mujoco
+        self._spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        self._state_size = mujoco.mj_stateSize(u.model, self._spec)
+        self.probability = float(probability)
+        self.cell_size = float(cell_size)
+        self.states_per_cell = states_per_cell
+        self.visits: dict[tuple[int, ...], int] = {}
+        self.states: dict[tuple[int, ...], list[np.ndarray]] = {}
+        self.support: set[tuple[int, ...]] = set()
+        self.restarts = 0
+        self._rng = np.random.default_rng()  # the reservoir's draws: the env's own RNG stream stays untouched
+
+    def _cell(self, goal: np.ndarray) -> tuple[int, ...]:
+        return tuple(np.floor(np.asarray(goal, dtype=np.float64).ravel() / self.cell_size).astype(np.int64).tolist())
+
+    def _keep(self, achieved_goal: np.ndarray) -> None:
+        u = self.env.unwrapped
+        cell = self._cell(achieved_goal)
+        n = self.visits.get(cell, 0) + 1
+        self.visits[cell] = n
+        kept = self.states.setdefault(cell, [])
+        slot = len(kept) if len(kept) < self.states_per_cell else int(self._rng.integers(n))
+        if slot < self.states_per_cell:
+            state = np.empty(self._state_size, dtype=np.float64)
+            self._mujoco.mj_getState(u.model, u.data, state, self._spec)
+            if slot == len(kept):
+                kept.append(state)
+            else:
+                kept[slot] = state
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._keep(obs["achieved_goal"])
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.support.add(self._cell(obs["desired_goal"]))
+        start = self._cell(obs["achieved_goal"])
+        u = self.env.unwrapped
+        p = self.probability  # no draw at 0: the env's RNG stream stays the plain env's
+        if not (p > 0.0 and u.np_random.random() < p):
+            self._keep(obs["achieved_goal"])
+            return obs, info
+        cells = [c for c in self.support if c in self.states and c != start]
+        if not cells:
+            self._keep(obs["achieved_goal"])
+            return obs, info
+        weights = 1.0 / np.sqrt(np.array([self.visits[c] for c in cells], dtype=np.float64) + 1.0)
+        cell = cells[int(u.np_random.choice(len(cells), p=weights / weights.sum()))]
+        kept = self.states[cell]
+        goal = np.array(u.goal, copy=True)
+        self._mujoco.mj_setState(u.model, u.data, kept[int(u.np_random.integers(len(kept)))], self._spec)
+        self._mujoco.mj_forward(u.model, u.data)
+        u.goal = goal
+        self.restarts += 1
+        obs = {k: np.array(v, copy=True) for k, v in u._get_obs().items()}
+        self._keep(obs["achieved_goal"])
+        return obs, info
 
 
 class BehaviourGoal(gym.Wrapper):

@@ -633,7 +633,8 @@ def _open_envs(cfg: Config, seed: int,
                cleanup: contextlib.ExitStack) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
     """The training and the evaluation vector envs (seeds ``seed`` and ``seed + 10_000``)."""
     env = make_vector_env(cfg.env.id, cfg.env.n_envs, cfg.env.vectorization, seed=seed,
-                          grasped_start=cfg.env.grasped_start, behaviour_goals=cfg.env.behaviour_goals > 0)
+                          grasped_start=cfg.env.grasped_start, behaviour_goals=cfg.env.behaviour_goals > 0,
+                          rare_state_start=cfg.env.rare_state_start, rare_state_cell=cfg.env.rare_state_cell)
     cleanup.callback(env.close)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=seed + 10_000)
     cleanup.callback(eval_env.close)
