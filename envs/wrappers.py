@@ -205,7 +205,7 @@ class RareStateStart(gym.Wrapper):
     counted. Each reset's desired goal marks its cell as in the support. After the env's own reset (its goal
     kept), with probability ``probability`` (drawn from the env's ``np_random``, so seeded runs repeat; none at 0),
     a support cell other than the start's is drawn with weight ``1 / sqrt(visits + 1)``, one of its states is restored and the observation is
-    read again. The archive lives in the wrapper: it is not in checkpoints, and a resumed run starts it anew.
+    read again. The archive (:attr:`rare_state_archive`, arrays only) goes into the training loop's checkpoints.
     Meant for training envs only; evaluate on the plain env.
 
     For gymnasium-robotics MuJoCo goal envs (``unwrapped.model``, ``unwrapped.data``, ``unwrapped._get_obs()``).
@@ -221,7 +221,7 @@ class RareStateStart(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, probability: float = 0.5, cell_size: float = 0.05,
-                 states_per_cell: int = 8) -> None:
+                 states_per_cell: int = 4) -> None:
         super().__init__(env)
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"rare state start probability must be in [0, 1], got {probability!r}")
@@ -264,6 +264,38 @@ class RareStateStart(gym.Wrapper):
                 kept.append(state)
             else:
                 kept[slot] = state
+
+    @property
+    def rare_state_archive(self) -> dict[str, Any]:
+        """The archive as arrays: ``cells`` int64 [C, goal_dim], ``visits`` int64 [C], ``kept`` int64 [C] (states
+        kept per cell), ``states`` float64 [C, states_per_cell, state_size] (MuJoCo integration states),
+        ``support`` int64 [D, goal_dim], ``restarts``, and the reservoir's RNG state ``rng``."""
+        cells = list(self.visits)
+        dim = len(cells[0]) if cells else len(next(iter(self.support), ()))
+        states = np.zeros((len(cells), self.states_per_cell, self._state_size))
+        kept = np.zeros(len(cells), dtype=np.int64)
+        for i, cell in enumerate(cells):
+            for j, state in enumerate(self.states.get(cell, ())):
+                states[i, j] = state
+            kept[i] = len(self.states.get(cell, ()))
+        return {"cells": np.array(cells, dtype=np.int64).reshape(len(cells), dim),
+                "visits": np.array([self.visits[c] for c in cells], dtype=np.int64), "kept": kept, "states": states,
+                "support": np.array(sorted(self.support), dtype=np.int64).reshape(len(self.support), dim),
+                "restarts": self.restarts, "rng": self._rng.bit_generator.state}
+
+    @rare_state_archive.setter
+    def rare_state_archive(self, archive: Mapping[str, Any]) -> None:
+        states = np.asarray(archive["states"], dtype=np.float64)
+        if states.ndim != 3 or states.shape[2] != self._state_size:
+            raise ValueError(f"rare_state_archive states must have shape [cells, states_per_cell, "
+                             f"{self._state_size}] for this env, got {states.shape}")
+        cells = [tuple(c) for c in np.asarray(archive["cells"]).tolist()]
+        self.visits = {c: int(n) for c, n in zip(cells, archive["visits"], strict=True)}
+        self.states = {c: [states[i, j].copy() for j in range(min(int(k), self.states_per_cell))]
+                       for i, (c, k) in enumerate(zip(cells, archive["kept"], strict=True)) if k > 0}
+        self.support = {tuple(c) for c in np.asarray(archive["support"]).tolist()}
+        self.restarts = int(archive["restarts"])
+        self._rng.bit_generator.state = archive["rng"]
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)

@@ -9,6 +9,7 @@ import pytest
 
 from her_agents.config import load_config
 from her_agents.loop.train import train
+from her_agents.run.checkpoint import load_checkpoint
 from her_envs import RareStateStart, make_env, make_vector_env
 
 
@@ -108,16 +109,19 @@ def test_bad_wrapper_settings_are_one_line(kwargs, match):
     env.close()
 
 
-def test_the_vector_env_and_the_training_loop_start_episodes_from_archived_states(tmp_path):
+def _push_cfg(run_dir, *extra):
+    return load_config("fetch_push_sac", [  # Push: every desired goal on the table, where the box is
+        "train.total_env_steps=400", "train.warmup_steps=100", "train.learning_starts=100", "train.eval_every=200",
+        "train.eval_episodes=2", "env.eval_envs=2", "env.n_envs=2", f"log.run_dir={run_dir}",
+        "log.progress=false", "log.wandb.mode=disabled", "replay.capacity=2000", "agent.compile=false",
+        "env.rare_state_start=1.0", "env.rare_state_cell=0.15", "log.save_replay=true", *extra])
+
+
+def test_the_training_loop_starts_episodes_from_archived_states_and_checkpoints_the_archive(tmp_path):
     venv = make_vector_env("FetchPickAndPlace-v4", 2, seed=0, rare_state_start=1.0)
     assert venv.get_attr("restarts") == (0, 0)
     venv.close()
-    cfg = load_config("fetch_push_sac", [  # Push: every desired goal on the table, where the box is
-        "train.total_env_steps=400", "train.warmup_steps=100", "train.learning_starts=100", "train.eval_every=200",
-        "train.eval_episodes=2", "env.eval_envs=2", "env.n_envs=2", f"log.run_dir={tmp_path / 'run'}",
-        "log.progress=false", "log.wandb.mode=disabled", "replay.capacity=2000", "agent.compile=false",
-        "env.rare_state_start=1.0", "env.rare_state_cell=0.15", "log.save_replay=true"])
-    assert train(cfg).env_steps == 400
+    assert train(_push_cfg(tmp_path / "run")).env_steps == 400
     with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:
         n = int(z["storage/scalars"][2])
         step = z["storage/field.step"][:n]
@@ -127,6 +131,31 @@ def test_the_vector_env_and_the_training_loop_start_episodes_from_archived_state
     # is one stored before, which a fresh start (the box placed at random) almost surely is not
     again = [np.any(np.all(achieved[:i] == achieved[i], axis=1)) for i in starts[2:]]
     assert len(again) == 6 and sum(again) >= 3, again
+    # the archives are checkpointed, and a resume goes on from them instead of building them anew
+    before = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["envs"]["train_archive"]
+    assert len(before) == 2 and sum(a["restarts"] for a in before) >= 3
+    assert train(_push_cfg(tmp_path / "run", "train.total_env_steps=600"), resume=str(tmp_path / "run")).env_steps == 600
+    after = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["envs"]["train_archive"]
+    for old, new in zip(before, after, strict=True):
+        assert new["visits"].sum() >= old["visits"].sum() + 100  # 100 more steps per env on top of the old counts
+        assert new["restarts"] > old["restarts"]
+
+
+def test_the_archive_round_trips_and_a_wrong_one_is_one_line():
+    env = RareStateStart(make_env("FetchPickAndPlace-v4"), probability=0.5)
+    env.reset(seed=2)
+    _walk(env, 4)
+    archive = env.rare_state_archive
+    other = RareStateStart(make_env("FetchPickAndPlace-v4"), probability=0.5)
+    other.rare_state_archive = archive
+    again = other.rare_state_archive
+    for key in ("cells", "visits", "kept", "states", "support"):
+        np.testing.assert_array_equal(again[key], archive[key])
+    assert again["restarts"] == archive["restarts"] and again["rng"] == archive["rng"]
+    with pytest.raises(ValueError, match="rare_state_archive states must have shape"):
+        other.rare_state_archive = {**archive, "states": archive["states"][..., :10]}
+    env.close()
+    other.close()
 
 
 @pytest.mark.parametrize("overrides, match", [

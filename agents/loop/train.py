@@ -422,6 +422,9 @@ class TrainingState:
     """The behaviour-goal chooser (``env.behaviour_goals`` > 0), else None."""
     goal_given: np.ndarray | None = None
     """bool [n_envs]: which training envs pursue a behaviour goal in their current episode."""
+    rare_states: bool = False
+    """Whether the training envs archive states for rare-state starts (``env.rare_state_start`` > 0): their
+    archives go into checkpoints."""
 
     def shared(self, cfg: Config) -> dict[str, Any]:
         return {"agent": self.agent.state_dict(), "config": config_dict(cfg),
@@ -431,6 +434,8 @@ class TrainingState:
         envs = {"eval": vector_rng_states(self.eval_env)}
         if self.env is not None:  # their next reset() redoes the one that began the current episodes
             envs["train"] = vector_rng_states(self.env, episode_start=True)
+            if self.rare_states:
+                envs["train_archive"] = list(self.env.get_attr("rare_state_archive"))
         return {
             "rng": process_rng_state(self.rng), "agent_rng": self.agent.rng.bit_generator.state, "envs": envs,
             "replay_schedule": replay_schedule(self.replay), "update_schedule": self.schedule.state_dict(),
@@ -466,6 +471,8 @@ class TrainingState:
         envs = own.get("envs", {})
         if len(envs.get("eval", ())) == self.eval_env.num_envs:  # env.eval_envs may change on resume
             set_vector_rng_states(self.eval_env, envs["eval"])
+        if self.env is not None and self.rare_states and len(envs.get("train_archive", ())) == self.env.num_envs:
+            self.env.set_attr("rare_state_archive", envs["train_archive"])
         if self.env is not None and "train" in envs:
             set_vector_rng_states(self.env, envs["train"])
             return True
@@ -592,6 +599,7 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     counters = new_counters()
     schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
     state = TrainingState(agent, replay, eval_env, counters, schedule, EvalLog(counters), rng, env)
+    state.rare_states = cfg.env.rare_state_start > 0
     if cfg.env.behaviour_goals > 0:
         state.goals = her.MinDensityGoals(
             min_cutoff=her.MinDensityGoals.min_cutoff_for(t_cfg.gamma, spec.max_episode_steps or 50),
