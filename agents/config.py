@@ -81,7 +81,8 @@ class EnvConfig:
     """Share (in [0, 1]) of the training episodes that start from an archived state whose achieved goal was rarely
     reached, among those inside the env's desired-goal support (Go-Explore's return-then-explore,
     ``her_envs.RareStateStart``): an object lifted by chance becomes a start, with no knowledge of the task.
-    gymnasium-robotics MuJoCo envs; the archive is in checkpoints. Evaluation episodes never do."""
+    gymnasium-robotics MuJoCo envs; the archive is in checkpoints (with ``dist.mode=actor_learner`` each actor keeps
+    its own, not checkpointed). Evaluation episodes never do."""
     rare_state_cell: float = 0.05
     """With ``rare_state_start``: edge of the achieved-goal cells states are archived and counted in (> 0, the
     goal's units: metres for Fetch)."""

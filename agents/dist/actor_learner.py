@@ -278,7 +278,8 @@ def _run_actor(cfg: Config, rank: int, world: int) -> TrainResult:
     staging = her.EpisodeWriter(her.EpisodeStorage(4 * max_T * n_envs, (spec.observation_dim,), (spec.action_dim,), (spec.goal_dim,),
                                  max_episode_steps=max_T, n_envs=n_envs, info_shapes=dict(spec.info_shapes)))
     env = make_vector_env(cfg.env.id, n_envs, cfg.env.vectorization, seed=seed * 1000,
-                          grasped_start=cfg.env.grasped_start)
+                          grasped_start=cfg.env.grasped_start, rare_state_start=cfg.env.rare_state_start,
+                          rare_state_cell=cfg.env.rare_state_cell)  # an actor's archive is its own, not checkpointed
     rng = np.random.default_rng(seed)
     warmup = math.ceil(t_cfg.warmup_steps / max(1, world - 1))
     _init_rpc(cfg, rank, world)
