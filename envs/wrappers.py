@@ -310,22 +310,17 @@ class RareStateStart(gym.Wrapper):
         start = self._cell(obs["achieved_goal"])
         u = self.env.unwrapped
         p = self.probability  # no draw at 0: the env's RNG stream stays the plain env's
-        if not (p > 0.0 and u.np_random.random() < p):
-            self._keep(obs["achieved_goal"])
-            return obs, info
-        cells = [c for c in self.support if c in self.states and c != start]
-        if not cells:
-            self._keep(obs["achieved_goal"])
-            return obs, info
-        weights = 1.0 / np.sqrt(np.array([self.visits[c] for c in cells], dtype=np.float64) + 1.0)
-        cell = cells[int(u.np_random.choice(len(cells), p=weights / weights.sum()))]
-        kept = self.states[cell]
-        goal = np.array(u.goal, copy=True)
-        self._mujoco.mj_setState(u.model, u.data, kept[int(u.np_random.integers(len(kept)))], self._spec)
-        self._mujoco.mj_forward(u.model, u.data)
-        u.goal = goal
-        self.restarts += 1
-        obs = {k: np.array(v, copy=True) for k, v in u._get_obs().items()}
+        cells = [c for c in self.support if c in self.states and c != start] if p > 0.0 and u.np_random.random() < p \
+            else []
+        if cells:
+            weights = 1.0 / np.sqrt(np.array([self.visits[c] for c in cells], dtype=np.float64) + 1.0)
+            kept = self.states[cells[int(u.np_random.choice(len(cells), p=weights / weights.sum()))]]
+            goal = np.array(u.goal, copy=True)
+            self._mujoco.mj_setState(u.model, u.data, kept[int(u.np_random.integers(len(kept)))], self._spec)
+            self._mujoco.mj_forward(u.model, u.data)
+            u.goal = goal
+            self.restarts += 1
+            obs = {k: np.array(v, copy=True) for k, v in u._get_obs().items()}
         self._keep(obs["achieved_goal"])
         return obs, info
 
