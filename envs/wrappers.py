@@ -310,8 +310,9 @@ class RareStateStart(gym.Wrapper):
         start = self._cell(obs["achieved_goal"])
         u = self.env.unwrapped
         p = self.probability  # no draw at 0: the env's RNG stream stays the plain env's
-        cells = [c for c in self.support if c in self.states and c != start] if p > 0.0 and u.np_random.random() < p \
-            else []
+        # sorted: a set's order depends on its insertion history, which a restored archive does not keep
+        cells = [c for c in sorted(self.support) if c in self.states and c != start] \
+            if p > 0.0 and u.np_random.random() < p else []
         if cells:
             weights = 1.0 / np.sqrt(np.array([self.visits[c] for c in cells], dtype=np.float64) + 1.0)
             kept = self.states[cells[int(u.np_random.choice(len(cells), p=weights / weights.sum()))]]
