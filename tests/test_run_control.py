@@ -457,3 +457,26 @@ def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_pat
         train(_small_cfg(tmp_path / "run", "agent.compile=true", mode="disabled"))
     assert stopped.value.env_steps < 100  # right after that update, before the first evaluation
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["counters"]["env_steps"] == stopped.value.env_steps
+
+
+def test_ctrl_c_during_an_evaluation_stops_after_it_with_its_row_and_checkpoint(tmp_path, capfd, monkeypatch):
+    import her_agents.loop.train as train_mod
+
+    real, calls = train_mod.evaluate, []
+
+    def interrupted(*args, **kwargs):  # the user presses Ctrl-C while the first evaluation runs
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "evaluate", interrupted)
+    run_dir = tmp_path / "run"
+    with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT at 100 env steps") as stopped:
+        train(_small_cfg(run_dir, mode="disabled"))
+    assert "SIGINT received: stopping once the evaluation at 100 env steps (and its checkpoint) is done" in \
+        capfd.readouterr().err
+    assert len(calls) == 1 and stopped.value.exit_code == 130
+    assert _csv_steps(run_dir) == [100]  # the evaluation's row is kept
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 100

@@ -532,7 +532,7 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
             learn(run, stop)
             run.progress.update(run.n_envs)
             if eval_due(run):
-                evaluate_and_checkpoint(run)
+                evaluate_and_checkpoint(run, stop)
         if run.env_steps < run.cfg.train.total_env_steps:  # stopped by SIGINT / SIGTERM
             stopped = checkpoint_on_stop(run, stop)
             status = stop.status  # only once the checkpoint is written: a failed one is a crash
@@ -727,9 +727,12 @@ def eval_due(run: Run) -> bool:
     return run.env_steps >= run.next_eval or run.env_steps >= run.cfg.train.total_env_steps
 
 
-def evaluate_and_checkpoint(run: Run) -> None:
-    """Evaluate and log a row, record a video every ``log.video_every`` evaluations, and checkpoint."""
+def evaluate_and_checkpoint(run: Run, stop: GracefulStop | None = None) -> None:
+    """Evaluate and log a row, record a video every ``log.video_every`` evaluations, and checkpoint. A signal in
+    between waits for all three (``stop.busy`` says so), then the loop stops."""
     s = run.state
+    if stop is not None:
+        stop.busy = f"the evaluation at {s.counters['env_steps']} env steps (and its checkpoint)"
     run.next_eval += run.cfg.train.eval_every
     extras = {"explore/goal_cutoff": s.goals.cutoff} if s.goals is not None else None  # MEGA's current cutoff
     row = s.evals.log(s.agent, s.eval_env, run.cfg.train.eval_episodes, run.logger, run.hooks, extras)
@@ -739,6 +742,8 @@ def evaluate_and_checkpoint(run: Run) -> None:
     s.evals.start_window()  # evaluating is not counted in env steps/s
     if run.cfg.log.checkpoint:
         write_checkpoint(run)
+    if stop is not None:
+        stop.busy = None
 
 
 def checkpoint_on_stop(run: Run, stop: GracefulStop) -> TrainingStopped:
