@@ -1,5 +1,6 @@
 """The analysis scripts' pure parts: ``scripts/slide_failure_modes.py`` sorts an episode's end into the kind of
-failure it names; the benchmark ``tests/benchmarks/bench_train_speed.py`` gives each of its runs a directory."""
+failure it names; the benchmark ``tests/benchmarks/bench_train_speed.py`` gives each of its runs a directory;
+``scripts/check_results_configs.py`` holds each config the results quote to what its committed seeds ran."""
 
 from __future__ import annotations
 
@@ -110,3 +111,36 @@ def test_exploration_schemes_give_bounded_actions_of_their_kind():
     assert np.corrcoef(steps[:-1, 0], steps[1:, 0])[0, 1] > 0.5  # temporally correlated, unlike the others
     with pytest.raises(ValueError, match="scheme must be one of"):
         exploration.Exploration("pink", 4, rng)
+
+
+@pytest.mark.parametrize(("config", "runs", "at"), [
+    ("fetch_push_sac", "push_sac_layers_s*", 200_000),
+    ("fetch_push_ddpg", "push_ddpg_s*", 200_000),
+    ("fetch_push_td3", "push_td3_ebp_s*", 200_000),
+    ("fetch_pick_and_place_sac_rs", "pnp_sac_rs_s*", 350_000),
+    ("fetch_pick_and_place_sac_ebp", "pnp_sac_ebp_s*", 350_000),
+    ("fetch_pick_and_place_ddpg", "pnp_ddpg_grs_s*", 350_000),
+    ("fetch_pick_and_place_td3", "pnp_td3_grs_s*", 350_000),
+    ("fetch_slide_ddpg", "slide_ddpg_l2q_lownoise_s*", 300_000),
+    ("fetch_slide_td3", "slide_td3_l2q_lownoise_s*", 300_000),
+])
+def test_the_configs_results_quote_are_what_their_seeds_ran(config, runs, at, capsys):
+    """A config edit (or one of a config it builds on) that changes what its committed seeds ran fails here."""
+    check = load_script("check_results_configs")
+    results = Path(__file__).resolve().parents[1] / "results"
+    code = check.main([config, str(results / runs), "--at", str(at)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("config equal") == 3 and f"{config}: mean of 3 at {at}:" in out
+
+
+def test_check_results_configs_names_each_key_a_run_ran_differently(tmp_path, capsys):
+    check = load_script("check_results_configs")
+    src = Path(__file__).resolve().parents[1] / "results" / "pnp_ddpg_grs_s0"
+    run = tmp_path / "run_s0"
+    run.mkdir()
+    (run / "config.yaml").write_text((src / "config.yaml").read_text().replace("energy: true", "energy: false"))
+    (run / "metrics.csv").write_text((src / "metrics.csv").read_text())
+    assert check.main(["fetch_pick_and_place_ddpg", str(tmp_path / "run_s*"), "--at", "350000"]) == 1
+    assert "config differs: replay.energy ran False, config True" in capsys.readouterr().out
+    assert check.main(["fetch_pick_and_place_ddpg", str(tmp_path / "run_s0"), "--at", "123"]) == 1  # no such row
