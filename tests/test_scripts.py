@@ -116,7 +116,7 @@ def test_exploration_schemes_give_bounded_actions_of_their_kind():
 @pytest.mark.parametrize(("config", "runs", "at"), [
     ("fetch_push_sac", "push_sac_layers_s*", 200_000),
     ("fetch_push_ddpg", "push_ddpg_ebp_u1_s*", 200_000),
-    ("fetch_push_td3", "push_td3_ebp_s*", 200_000),
+    ("fetch_push_td3", "push_td3_u1_s*", 200_000),
     ("fetch_pick_and_place_sac_rs", "pnp_sac_rs_s*", 350_000),
     ("fetch_pick_and_place_sac_ebp", "pnp_sac_ebp_s*", 350_000),
     ("fetch_pick_and_place_ddpg", "pnp_ddpg_grs_s*", 350_000),
