@@ -100,6 +100,15 @@ def _resumed_config(args: argparse.Namespace) -> Config | None:
     return cfg
 
 
+def _last_checkpoint_hint(cfg: Config, args: argparse.Namespace) -> str:
+    """After a stop without its own checkpoint (a second Ctrl-C): where the last one is, if the run has one."""
+    run_dir = args.resume or cfg.log.run_dir
+    if not run_dir or not (Path(run_dir) / "checkpoint.pt").exists():
+        return " (no checkpoint written)" if run_dir else ""
+    return (f" before its own checkpoint; the last one is in {run_dir}: continue from it with "
+            f"`her-train --resume {run_dir}`")
+
+
 def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     """Run the training; the exit status, with one line on stderr for what stopped it early."""
     from .run.run_control import TrainingStopped
@@ -110,7 +119,7 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
         print(f"her-train: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
-        print("her-train: interrupted", file=sys.stderr)
+        print("her-train: interrupted" + _last_checkpoint_hint(cfg, args), file=sys.stderr)
         return 130
     except (ValueError, TypeError) as exc:
         print(f"her-train: error: {exc}", file=sys.stderr)

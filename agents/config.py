@@ -329,6 +329,9 @@ class Config:
                 f"in [1, replay.capacity] = [1, {self.replay.capacity}]", self.train.batch_size)
         require(not self.env.behaviour_goals or self.dist.mode != "actor_learner", "env.behaviour_goals",
                 "0 with dist.mode=actor_learner (its actors keep the env's goals)", self.env.behaviour_goals)
+        require(self.agent.target_update_interval >= 1, "agent.target_update_interval",
+                ">= 1 in her-train (0 leaves the target updates to a loop of your own; this one never makes them)",
+                self.agent.target_update_interval)
 
 
 #: agent fields the training loop sets, refused in the ``agent`` section: {field: the key to use instead}

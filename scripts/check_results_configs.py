@@ -1,11 +1,13 @@
-"""Check that committed runs were trained with a config: each ``results/<run>/config.yaml``, read as a resume reads
-it (keys added since take their defaults), equals ``her-train CONFIG train.seed=S --print-config`` except the seed,
+"""Check that committed runs were trained with a config and print their eval success at a step.
+
+Each ``results/<run>/config.yaml``, read as a resume reads it (keys added since take their defaults), equals ``her-train CONFIG train.seed=S --print-config`` except the seed,
 ``train.total_env_steps`` and the ``log.*`` keys (run directory, W&B mode, progress bar: not what is learned); prints
 each seed's eval success at ``--at`` env steps (from its ``metrics.csv``) and their mean.
 
     python scripts/check_results_configs.py fetch_pick_and_place_ddpg 'results/pnp_ddpg_grs_s*' --at 350000
 
-Exits with 1 when a run's config differs (the differing keys are printed) or has no row at ``--at``.
+Exits with 1 when a run's config differs (the differing keys are printed) or has no row at ``--at``; with 2 and
+one line for bad input (an unknown config, a folder without ``config.yaml`` or ``metrics.csv``).
 """
 
 from __future__ import annotations
@@ -43,12 +45,23 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"runs: no folder matches {args.runs!r}", file=sys.stderr)
         return 1
+    try:
+        load_config(args.config)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"config: {exc}", file=sys.stderr)
+        return 2
+    for run in runs:
+        for name in ("config.yaml", "metrics.csv"):
+            if not (Path(run) / name).is_file():
+                print(f"runs: {run} has no {name} (a run folder holds config.yaml and metrics.csv)", file=sys.stderr)
+                return 2
     ok, values = True, []
     for run in runs:
         saved = yaml.safe_load((Path(run) / "config.yaml").read_text())
         ran = _flat(config_dict(resume_config(saved)))
         want = _flat(config_dict(load_config(args.config, [f"train.seed={ran['train.seed']}"])))
-        diff = sorted(k for k in set(ran) | set(want) if k not in IGNORED and not k.startswith("log.") and ran.get(k) != want.get(k))
+        diff = sorted(k for k in set(ran) | set(want)
+                      if k not in IGNORED and not k.startswith("log.") and ran.get(k) != want.get(k))
         with open(Path(run) / "metrics.csv", newline="") as f:
             rows = [r for r in csv.DictReader(f) if int(float(r["env_steps"])) == args.at]
         success = float(rows[-1]["eval/success_rate"]) if rows else None
@@ -56,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         values.append(success)
         what = "config equal" if not diff else "config differs: " + ", ".join(
             f"{k} ran {ran.get(k)!r}, config {want.get(k)!r}" for k in diff)
-        print(f"{run} (seed {ran['train.seed']}): {what}; eval success at {args.at}: {success}")
+        at = f"eval success at {args.at}: {success}" if rows else f"no evaluation row at {args.at} env steps"
+        print(f"{run} (seed {ran['train.seed']}): {what}; {at}")
     if all(v is not None for v in values):
         print(f"{args.config}: mean of {len(values)} at {args.at}: {sum(values) / len(values):.3f}")
     return 0 if ok else 1

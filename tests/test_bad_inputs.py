@@ -67,6 +67,10 @@ def _one_error_line(err: str) -> str:
     ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
     ("train=5", "train must be a mapping of train.* keys, got '5' (int)"),
     ("log.wandb=offline", "log.wandb must be a mapping of log.wandb.* keys, got 'offline' (str)"),
+    ("agent.target_update_interval=0", "agent.target_update_interval must be >= 1 in her-train (0 leaves the target "
+                                       "updates to a loop of your own; this one never makes them), got 0"),
+    ("train.learning_starts=20000", "train.learning_starts must be below train.total_env_steps (10000), else no "
+                                    "update runs, got 20000"),
 ])
 def test_bad_override_is_one_line_naming_key_expected_and_got(tmp_path, capsys, override, expect):
     code, err = _run(capsys, ["fetch_reach_ddpg", override, f"log.run_dir={tmp_path / 'run'}"])

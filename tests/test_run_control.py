@@ -480,3 +480,27 @@ def test_ctrl_c_during_an_evaluation_stops_after_it_with_its_row_and_checkpoint(
     assert len(calls) == 1 and stopped.value.exit_code == 130
     assert _csv_steps(run_dir) == [100]  # the evaluation's row is kept
     assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == 100
+
+
+def test_a_second_ctrl_c_names_the_last_checkpoint_and_a_resume_without_replay_says_it_starts_empty(
+        tmp_path, capsys, monkeypatch):
+    import her_agents.cli as cli
+
+    run_dir = tmp_path / "run"
+    train(_small_cfg(run_dir, "train.total_env_steps=200", "log.save_replay=false", mode="disabled"))
+    capsys.readouterr()
+
+    def second_ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "run_training", second_ctrl_c)
+        code = cli.train_main(["--resume", str(run_dir), "train.total_env_steps=300"])
+    assert code == 130
+    assert capsys.readouterr().err == (f"her-train: interrupted before its own checkpoint; the last one is in {run_dir}: "
+                                       f"continue from it with `her-train --resume {run_dir}`\n")
+
+    train(_small_cfg(run_dir, "train.total_env_steps=300", "log.save_replay=false", mode="disabled"),
+          resume=str(run_dir))
+    assert (f"her-train: {run_dir} holds no replay (the run had log.save_replay=false): the replay buffer starts "
+            "empty; the agent, normalizers and counters continue") in capsys.readouterr().out

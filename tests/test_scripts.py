@@ -144,3 +144,16 @@ def test_check_results_configs_names_each_key_a_run_ran_differently(tmp_path, ca
     assert check.main(["fetch_pick_and_place_ddpg", str(tmp_path / "run_s*"), "--at", "350000"]) == 1
     assert "config differs: replay.energy ran False, config True" in capsys.readouterr().out
     assert check.main(["fetch_pick_and_place_ddpg", str(tmp_path / "run_s0"), "--at", "123"]) == 1  # no such row
+    assert "no evaluation row at 123 env steps" in capsys.readouterr().out
+
+
+def test_check_results_configs_answers_bad_input_in_one_line(tmp_path, capsys):
+    check = load_script("check_results_configs")
+    (tmp_path / "empty").mkdir()
+    assert check.main(["fetch_push_ddpg", str(tmp_path / "empty"), "--at", "1"]) == 2
+    assert capsys.readouterr().err == f"runs: {tmp_path / 'empty'} has no config.yaml (a run folder holds " \
+                                      "config.yaml and metrics.csv)\n"
+    assert check.main(["fetch_push_dpg", str(tmp_path / "empty"), "--at", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config: config 'fetch_push_dpg' is neither a file nor one of the shipped configs") and \
+        err.count("\n") == 1

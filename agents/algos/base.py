@@ -135,7 +135,7 @@ class AgentConfig:
     target_update_interval: int = 1
     """Polyak-update the targets every this many updates (>= 0; TD3: every ``policy_delay * interval``). 0 disables
     automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
-    cycle of 40 updates)."""
+    cycle of 40 updates); ``her-train``'s loop does not, so it refuses 0."""
     q_clip: tuple[Bound, Bound] | None = None
     """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite), e.g. ``[-1/(1-gamma), 0]``
     for -1/0 rewards (gamma 0.98 -> -50); None (the default for an agent built directly): no clip, whatever the

@@ -583,6 +583,9 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     """Everything before the first env step: what can refuse the config comes before the run directory, W&B
     and the envs; a resume restores its checkpoint. Closers (run directory lock, envs) go on ``cleanup``."""
     t_cfg = cfg.train
+    if not resume and t_cfg.learning_starts >= t_cfg.total_env_steps:  # a resumed run may be past it
+        raise ValueError(f"train.learning_starts must be below train.total_env_steps ({t_cfg.total_env_steps}), "
+                         f"else no update runs, got {t_cfg.learning_starts}")
     torch.set_num_threads(max(1, t_cfg.torch_threads))
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
@@ -657,6 +660,9 @@ def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
         return None, False
     own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
     envs_restored = state.restore(saved, own, replay_arrays, hooks)
+    if replay_arrays is None and hooks.is_main:  # the run saved none: learning restarts from fewer episodes
+        tqdm.write(f"her-train: {run_dir} holds no replay (the run had log.save_replay=false): the replay buffer "
+                   "starts empty; the agent, normalizers and counters continue")
     return saved.get("wandb_id"), envs_restored
 
 
