@@ -559,6 +559,9 @@ def _did_you_mean(key: str, valid: list[str], prefix: str = "") -> str:
     if close:
         return f" (did you mean {prefix}{leaves[close[0]]}?)"
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.85) if key else []
+    if not close and not section:  # a misspelled section (trian.seed=1 is reported as 'trian')
+        sections = sorted({v.partition(".")[0] for v in valid if "." in v})
+        close = difflib.get_close_matches(key, sections, n=1, cutoff=0.75)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 

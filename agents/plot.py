@@ -194,7 +194,8 @@ def _figure(groups: dict[str, list[str | Path]], metric: str, title: str | None)
             runs = _read_runs(dirs, metric)
             steps, wall, mean, lo, hi = _aggregate(runs, metric, label)
             for ax, x in ((axes[0], steps * 1e-3), (axes[1], wall / 60)):
-                line, = ax.plot(x, mean, label=f"{label} (n={len(runs)})")
+                line, = ax.plot(x, mean, label=f"{label} (n={len(runs)})",
+                                marker="o" if len(x) == 1 else None)  # one evaluation: a point, not an empty line
                 if len(runs) > 1:
                     ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
     except BaseException:
@@ -320,6 +321,23 @@ def _is_number(token: str) -> bool:
     return True
 
 
+def env_steps_arg(token: str) -> float:
+    """A ``--table`` step count: a number, or one with the table's own ``k`` / ``M`` suffix (``200k``, ``1.5M``)."""
+    scale = {"k": 1e3, "K": 1e3, "M": 1e6}.get(token[-1:], 1.0)
+    try:
+        return float(token[:-1] if scale != 1.0 else token) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected env steps such as 200000 or 200k, got {token!r}") from None
+
+
+def _is_steps(token: str) -> bool:
+    try:
+        env_steps_arg(token)
+    except argparse.ArgumentTypeError:
+        return False
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``her-plot`` argument parser (every option's help gives its default).
 
@@ -341,9 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric", default="eval/success_rate", metavar="M",
                         help="metrics.csv column to plot (default: %(default)s)")
     parser.add_argument("--title", metavar="T", help="figure title (default: none)")
-    parser.add_argument("--table", nargs="*", type=float, metavar="STEPS",
+    parser.add_argument("--table", nargs="*", type=env_steps_arg, metavar="STEPS",
                         help="print a markdown table instead of plotting (env steps to 0.5 / 0.9, the metric at "
-                             "STEPS; default: plot)")
+                             "STEPS, e.g. 150000 or 150k; default: plot)")
     parser.add_argument("--levels", nargs="+", type=float, metavar="L",
                         help="with --table: the metric levels whose first crossing the table gives, in env steps "
                              "(default: 0.5 0.9)")
@@ -380,7 +398,7 @@ def _split_labels(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[dic
             i += 1
             if a == "--levels" and i < len(argv) and not _is_number(argv[i]) and not argv[i].startswith("-"):
                 parser.error(f"--levels: expected numbers, got {argv[i]!r}")
-            while i < len(argv) and _is_number(argv[i]):
+            while i < len(argv) and (_is_steps(argv[i]) if a == "--table" else _is_number(argv[i])):
                 rest.append(argv[i])
                 i += 1
         else:

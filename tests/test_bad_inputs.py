@@ -55,6 +55,7 @@ def _one_error_line(err: str) -> str:
     ("replay.stop_at_success=0", "replay.stop_at_success must be true or false, got '0' (int)"),
     ("train.seed=", "train.seed must be an integer, got an empty value"),
     ("train.nonsense=1", "unknown key 'train.nonsense'; valid keys: env.id"),
+    ("trian.seed=1", "unknown key 'trian' (did you mean train?); valid keys: env.id"),
     ("agent.hiden=64", "unknown key 'agent.hiden' for algo 'ddpg' (did you mean agent.hidden?); valid agent keys: action_l2"),
     ("agent.device=cuda", "agent.device is set by the training loop: use train.device"),
     ("agent.seed=5", "agent.seed is set by the training loop: use train.seed"),

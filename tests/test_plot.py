@@ -314,3 +314,26 @@ def test_arguments_after_a_double_dash_are_run_directories(runs, capsys):
         main([str(runs[0]), "--table", "--", "-5"])
     assert exc.value.code == 2
     assert "no metrics.csv at -5" in capsys.readouterr().err
+
+
+def test_her_plot_a_run_with_one_evaluation_is_drawn_as_a_point(runs, tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    markers = []
+    real = matplotlib.axes.Axes.plot
+
+    def plot(self, x, y, *args, **kwargs):
+        markers.append((len(np.asarray(x)), kwargs.get("marker")))
+        return real(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
+    one = _write_run(tmp_path / "one-s0", [1000], [0.2], 0.01)
+    assert main([str(runs[2]), "--label", "B", str(one), "--label", "one", "--out", str(tmp_path / "p.png")]) == 0
+    assert markers == [(4, None), (4, None), (1, "o"), (1, "o")]  # both panels: the 4-point curve, then the point
+
+
+def test_her_plot_table_steps_take_the_tables_own_k_and_m_suffixes(runs, capsys):
+    assert main([str(runs[0]), "--table", "2000", "3.5k"]) == 0
+    plain = capsys.readouterr().out
+    assert main([str(runs[0]), "--table", "2k", "0.0035M"]) == 0
+    assert capsys.readouterr().out == plain and "| at 2k | at 3.5k |" in plain
