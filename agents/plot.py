@@ -321,7 +321,7 @@ def _is_number(token: str) -> bool:
     return True
 
 
-def env_steps_arg(token: str) -> float:
+def _env_steps_arg(token: str) -> float:
     """A ``--table`` step count: a number, or one with the table's own ``k`` / ``M`` suffix (``200k``, ``1.5M``)."""
     scale = {"k": 1e3, "K": 1e3, "M": 1e6}.get(token[-1:], 1.0)
     try:
@@ -332,7 +332,7 @@ def env_steps_arg(token: str) -> float:
 
 def _is_steps(token: str) -> bool:
     try:
-        env_steps_arg(token)
+        _env_steps_arg(token)
     except argparse.ArgumentTypeError:
         return False
     return True
@@ -359,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric", default="eval/success_rate", metavar="M",
                         help="metrics.csv column to plot (default: %(default)s)")
     parser.add_argument("--title", metavar="T", help="figure title (default: none)")
-    parser.add_argument("--table", nargs="*", type=env_steps_arg, metavar="STEPS",
+    parser.add_argument("--table", nargs="*", type=_env_steps_arg, metavar="STEPS",
                         help="print a markdown table instead of plotting (env steps to 0.5 / 0.9, the metric at "
                              "STEPS, e.g. 150000 or 150k; default: plot)")
     parser.add_argument("--levels", nargs="+", type=float, metavar="L",

@@ -583,15 +583,15 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     """Everything before the first env step: what can refuse the config comes before the run directory, W&B
     and the envs; a resume restores its checkpoint. Closers (run directory lock, envs) go on ``cleanup``."""
     t_cfg = cfg.train
-    if not resume and t_cfg.learning_starts >= t_cfg.total_env_steps:  # a resumed run may be past it
-        raise ValueError(f"train.learning_starts must be below train.total_env_steps ({t_cfg.total_env_steps}), "
-                         f"else no update runs, got {t_cfg.learning_starts}")
     torch.set_num_threads(max(1, t_cfg.torch_threads))
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
     agent, reward_guard = build_agent(cfg, spec)
     agent = hooks.wrap_agent(agent)
     replay = build_replay(cfg, spec, int(t_cfg.total_env_steps * t_cfg.updates_per_step))
+    if not resume and t_cfg.learning_starts >= t_cfg.total_env_steps:  # a resumed run may be past it
+        raise ValueError(f"train.learning_starts must be below train.total_env_steps ({t_cfg.total_env_steps}), "
+                         f"else no update runs, got {t_cfg.learning_starts}")
     saved = None
     if resume:  # read before the run directory is touched: a checkpoint this run cannot resume changes nothing
         saved = load_checkpoint(Path(resume) / "checkpoint.pt")
