@@ -20,19 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from her_agents.config import config_dict, load_config, resume_config
+from her_agents.config import load_config, resume_config
+from her_agents.dist.distributed import flat_config
 
 IGNORED = {"train.seed", "train.total_env_steps"}
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ok, values = True, []
     for run in runs:
         saved = yaml.safe_load((Path(run) / "config.yaml").read_text())
-        ran = _flat(config_dict(resume_config(saved)))
-        want = _flat(config_dict(load_config(args.config, [f"train.seed={ran['train.seed']}"])))
+        ran = flat_config(resume_config(saved))
+        want = flat_config(load_config(args.config, [f"train.seed={ran['train.seed']}"]))
         diff = sorted(k for k in set(ran) | set(want)
                       if k not in IGNORED and not k.startswith("log.") and ran.get(k) != want.get(k))
         with open(Path(run) / "metrics.csv", newline="") as f:
