@@ -210,6 +210,9 @@ class TrainConfig:
         check_device_name(self.device, "device")
 
 
+_WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # wandb.sdk.wandb_settings.Settings.validate_project
+
+
 @dataclass
 class WandbConfig:
     mode: WandbMode = "auto"
@@ -231,10 +234,30 @@ class WandbConfig:
     """Seconds (> 0) the final upload may take; what is left stays on disk for ``wandb sync``."""
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a value of the wrong type or choice, a timeout <= 0."""
+        """W&B's own rules on names (``wandb.sdk.wandb_settings``: ``validate_project``, ``validate_run_tags``) are
+        checked here, before the run starts: W&B refuses them only inside ``wandb.init``, after its retries.
+
+        Raises:
+            ValueError: a value of the wrong type or choice, a timeout <= 0; a project name that is empty, longer
+                than 128 characters or holds one of ``/ \\ # ? % :``; a tag empty or longer than 64 characters;
+                an empty entity, group or name."""
         check_types(self)
         check_ranges(self, {"init_timeout_s": POSITIVE, "finish_timeout_s": POSITIVE})
+        bad = sorted(set(_WANDB_PROJECT_FORBIDDEN) & set(self.project))
+        if not self.project.strip() or len(self.project) > 128 or bad:
+            why = (f"got {self.project!r}, which holds {' '.join(bad)}" if bad else
+                   f"got {len(self.project)} characters" if self.project.strip() else "got an empty name")
+            raise ValueError(f"project: W&B project names have 1 to 128 characters, none of "
+                             f"{' '.join(_WANDB_PROJECT_FORBIDDEN)}; {why}")
+        for i, tag in enumerate(self.tags):
+            if not 1 <= len(str(tag)) <= 64:
+                shown = str(tag) if len(str(tag)) <= 40 else str(tag)[:37] + "..."
+                raise ValueError(f"tags[{i}]: W&B tags have 1 to 64 characters, got {len(str(tag))} "
+                                 f"({shown!r})")
+        for key in ("entity", "group", "name"):
+            value = getattr(self, key)
+            if value is not None and not value.strip():
+                raise ValueError(f"{key}: expected a non-empty name or null (W&B's default), got {value!r}")
 
 
 @dataclass

@@ -133,6 +133,38 @@ def test_bad_value_is_refused_naming_the_key(override, expect):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("override, expect", [
+    ("log.wandb.project=a/b", "log.wandb.project: W&B project names have 1 to 128 characters, none of / \\ # ? % :; "
+                              "got 'a/b', which holds /"),
+    ("log.wandb.project=what?", "log.wandb.project: W&B project names"),
+    ("log.wandb.project=" + "p" * 129, "log.wandb.project: W&B project names have 1 to 128 characters, none of / \\ "
+                                       "# ? % :; got 129 characters"),
+    ("log.wandb.project=''", "log.wandb.project: W&B project names have 1 to 128 characters"),
+    ("log.wandb.tags=[ok," + "t" * 65 + "]", "log.wandb.tags[1]: W&B tags have 1 to 64 characters, got 65"),
+    ("log.wandb.tags=['']", "log.wandb.tags[0]: W&B tags have 1 to 64 characters, got 0"),
+    ("log.wandb.group=' '", "log.wandb.group: expected a non-empty name or null"),
+])
+def test_names_wandb_would_refuse_after_its_retries_are_refused_at_config_time(override, expect):
+    """W&B checks project names and tags only inside ``wandb.init``, after two minutes of retries, and the run
+    then goes on without W&B: the config refuses them before the run starts."""
+    with pytest.raises(ValueError) as info:
+        load_config("fetch_reach_ddpg", [override])
+    assert expect in str(info.value) and "\n" not in str(info.value)
+    load_config("fetch_reach_ddpg", ["log.wandb.project=my-project_2", "log.wandb.tags=[" + "t" * 64 + "]"])
+
+
+def test_wandb_rules_are_wandbs_own():
+    """The forbidden characters are the ones W&B's own settings check refuses."""
+    from wandb.sdk.wandb_settings import Settings
+
+    from her_agents.config import _WANDB_PROJECT_FORBIDDEN
+
+    for ch in _WANDB_PROJECT_FORBIDDEN:
+        with pytest.raises(Exception, match="Invalid project name"):
+            Settings(project=f"a{ch}b")
+    Settings(project="a-b_c.d")
+
+
 def test_sac_options_are_checked_by_sacs_dataclass():
     with pytest.raises(ValueError, match=r"agent.alpha must be > 0, got 0.0"):
         load_config("fetch_reach_ddpg", ["algo=sac", "agent.alpha=0"])

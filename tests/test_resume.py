@@ -315,3 +315,42 @@ def test_old_checkpoint_loads_evaluates_and_resumes(tmp_path, capsys):
     assert resumed["counters"]["env_steps"] == 150
     assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 150]
     assert not [g for g in _pickled_globals(run_dir / "checkpoint.pt") if g.startswith(ours)]
+
+
+class _RunsCode:
+    """Pickles as a call of ``os.system``: what a shared checkpoint could carry."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_without_running_it(tmp_path, capsys):
+    """``her-eval`` and ``--resume`` load weights only: a pickled callable is refused in one line, never run."""
+    from her_agents.cli import eval_main, train_main
+
+    marker = tmp_path / "ran"
+    run_dir = tmp_path / "shared"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml", "metrics.csv"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    state["counters"]["payload"] = _RunsCode(marker)
+    torch.save(state, run_dir / "checkpoint.pt")
+
+    with pytest.raises(ValueError, match=r"refused: loading it would run code \(posix.system\)") as info:
+        load_checkpoint(run_dir)
+    assert "\n" not in str(info.value)
+    capsys.readouterr()
+    for main, args in ((eval_main, [str(run_dir), "--episodes", "1"]),
+                       (train_main, ["--resume", str(run_dir), "train.total_env_steps=150"])):
+        try:
+            code = main(args)
+        except SystemExit as exited:  # her-eval's argparse error
+            code = exited.code
+        assert code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 2 and all("refused: loading it would run code (posix.system)" in e for e in errors), errors
+    assert not marker.exists()

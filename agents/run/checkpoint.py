@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import pickle
 import random
 import re
 import stat
@@ -135,6 +136,21 @@ def check_writable(path: str | os.PathLike) -> None:
         raise OSError(exc.errno, exc.strerror, str(where)) from None
 
 
+@functools.cache
+def _safe_globals() -> list[Any]:
+    """What unpickling a checkpoint may construct besides torch's own weights-only types: numpy arrays, their
+    dtypes and scalars (the RNG states, the replay schedules), under numpy 2's module names and numpy 1's."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy 1
+        from numpy.core import multiarray  # type: ignore[no-redef]
+    kinds = getattr(np, "dtypes", None)  # numpy >= 1.25 pickles a dtype by its class
+    dtypes = [getattr(kinds, n) for n in dir(kinds) if n.endswith("DType")] if kinds else []
+    core = [multiarray._reconstruct, multiarray.scalar]
+    return [np.ndarray, np.dtype, *dtypes, *core,
+            *((f, "numpy.core.multiarray." + f.__name__) for f in core)]
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     """``torch.save(state)`` to ``path`` atomically."""
     write_atomic(path, lambda f: torch.save(state, f))
@@ -153,7 +169,16 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
+        with torch.serialization.safe_globals(_safe_globals()):
+            state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise ValueError(f"checkpoint {path} cannot be read: expected a complete her-robotics checkpoint, got "
+                             f"a corrupt file (UnpicklingError: {str(exc).splitlines()[0][:200]})") from None
+        found = re.search(r"GLOBAL (\S+)", str(exc))
+        what = found.group(1) if found else "a pickled object"
+        raise ValueError(f"checkpoint {path} refused: loading it would run code ({what}); a her-robotics checkpoint "
+                         "holds only tensors, numpy arrays and plain containers") from None
     except Exception as exc:  # torch raises RuntimeError, EOFError, pickle errors... for a damaged file
         raise ValueError(f"checkpoint {path} cannot be read: expected a complete her-robotics checkpoint, got a "
                          f"truncated or corrupt file ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
