@@ -354,3 +354,36 @@ def test_a_checkpoint_that_would_run_code_is_refused_without_running_it(tmp_path
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 2 and all("refused: loading it would run code (posix.system)" in e for e in errors), errors
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("content, expect", [
+    (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "cannot be read (UnicodeDecodeError: "),
+    (b"step,time\n1,2\n", "cannot be read (no env_steps column; its header is 'step,time')"),
+    (b"env_steps,wall_time\nabc,1\n", "cannot be read (line 2: env_steps 'abc' is not a number)"),
+])
+def test_an_unreadable_metrics_csv_on_resume_is_one_line_naming_it(tmp_path, capsys, content, expect):
+    from her_agents.cli import train_main
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    (run_dir / "metrics.csv").write_bytes(content)
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [f"her-train: error: --resume: {run_dir / 'metrics.csv'} " + errors[0].split(" ", 4)[-1]]
+    assert expect in errors[0] and errors[0].endswith("move it away to resume without its rows"), errors
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == 100  # nothing written
+
+
+def test_a_metrics_csv_with_a_byte_order_mark_resumes(tmp_path):
+    from her_agents.cli import train_main
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    (run_dir / "metrics.csv").write_bytes(b"\xef\xbb\xbf" + (OLD_RUN / "metrics.csv").read_bytes())
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 0
+    assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 150]
+    assert not (run_dir / "metrics.csv").read_bytes().startswith(b"\xef\xbb\xbf")
