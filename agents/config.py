@@ -270,8 +270,11 @@ class LogConfig:
     """tqdm progress bar."""
     checkpoint: bool = True
     """Write checkpoint.pt atomically at each evaluation and at the end."""
-    save_replay: bool = False
-    """Also save the replay storage (compressed .npz) beside each checkpoint, for exact resume."""
+    save_replay: bool = True
+    """Save the replay beside each checkpoint, so that ``--resume`` continues exactly: a compressed base
+    (``replay.npz``) and an append-only log of the episodes added since (``replay-<env steps>.log``); each
+    checkpoint appends its new episodes, and the base is rewritten only once the log outgrows the replay's
+    capacity. false: a resumed run starts with an empty replay."""
     video_every: int = 0
     """Log an evaluation video to W&B every N evaluations (>= 0; 0 = never)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)

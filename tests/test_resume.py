@@ -24,6 +24,7 @@ import csv
 import glob
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,7 +37,7 @@ import torch
 
 from her_agents.config import load_config
 from her_agents.loop.train import train
-from her_agents.run.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
+from her_agents.run.checkpoint import load_checkpoint, load_replay_arrays, read_replay, save_run_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_compare import run_differences
@@ -55,8 +56,15 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _leftovers(run_dir: Path) -> list[str]:
-    """Temp files or replays not yet moved into place: none may remain after a save or a resume."""
-    return sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".tmp") or p.name.startswith("replay-"))
+    """Temp files, replays not yet moved into place, episode logs of other bases than the checkpoint's: none may
+    remain after a save or a resume."""
+    names = [p.name for p in run_dir.iterdir()]
+    try:
+        base = (load_checkpoint(run_dir)["replay_files"] or {}).get("base")
+    except (FileNotFoundError, ValueError):  # no checkpoint, or the bare ones of the kill-point test
+        base = None
+    return sorted(n for n in names if n.endswith(".tmp") or re.fullmatch(r"replay-\d+\.npz", n)
+                  or (re.fullmatch(r"replay-\d+\.log", n) and n != f"replay-{base}.log"))
 
 
 def _episodes(replay_arrays: dict) -> int:
@@ -103,8 +111,8 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
     wandb_id = state["wandb_id"]
     assert wandb_id
     # Its replay is the one of the same env step (finishing a save killed between checkpoint and replay).
-    replay = load_replay_arrays(run_dir, steps)
-    assert replay is not None and _episodes(replay) == steps // 50
+    replay = read_replay(run_dir)
+    assert _episodes(replay) == steps // 50
     assert _leftovers(run_dir) == []
 
     # Rows up to the checkpoint are kept as they are; simulate a kill between an evaluation's metrics.csv row
@@ -138,7 +146,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
     assert final["counters"]["evals"] == TOTAL // EVAL_EVERY
     assert final["wandb_id"] == wandb_id
     # The replay was restored: it holds the episodes from before the kill and those after the resume.
-    final_replay = load_replay_arrays(run_dir, TOTAL)
+    final_replay = read_replay(run_dir)
     assert _episodes(final_replay) == TOTAL // 50
     assert int(final_replay["storage/scalars"][3]) == TOTAL // 50  # episodes ever added
     assert _leftovers(run_dir) == []
@@ -191,14 +199,14 @@ def test_interrupted_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkey
     state = load_checkpoint(run_dir / "checkpoint.pt")  # the previous one, complete
     assert state["counters"]["env_steps"] == 100
     assert _leftovers(run_dir) == [], "a failed write left files behind"
-    replay = load_replay_arrays(run_dir, 100)
+    replay = read_replay(run_dir)
     assert _episodes(replay) == 2
     assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100]  # 200: no checkpoint covers it
 
     result = train(_small_cfg(run_dir), resume=str(run_dir))
     assert result.env_steps == 300
     assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 200, 300]
-    assert _episodes(load_replay_arrays(run_dir, 300)) == 6
+    assert _episodes(read_replay(run_dir)) == 6
 
 
 def test_resume_finishes_a_save_killed_between_checkpoint_and_replay(tmp_path):
