@@ -671,7 +671,7 @@ def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
     own = hooks.checkpoint_part(saved)
     missing = state.restore(saved, own, ReplayFiles(run_dir, state.replay, hooks.replay_name), hooks)
     if missing is not None and hooks.is_main:  # learning restarts from fewer episodes
-        tqdm.write(f"her-train: {run_dir}: no replay to restore ({missing}): the replay buffer starts empty; the "
+        tqdm.write(f"her-train: no replay to restore in {run_dir}: {missing}; the replay buffer starts empty, the "
                    "agent, normalizers and counters continue")
     return saved["wandb_id"], state.envs_restored
 

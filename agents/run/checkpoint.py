@@ -471,8 +471,8 @@ class ReplayFiles:
                     p.unlink(missing_ok=True)
         if arrays is None:
             path = self.run_dir / f"{self.name}.npz"
-            return (f"{path} is missing, although the run saved its replay with each checkpoint"
-                    if entry is not None else "the run saved no replay with its checkpoints (log.save_replay=false)")
+            return (f"{path.name} is missing, although the run saved its replay with each checkpoint (deleted or "
+                    "moved?)" if entry is not None else "the run saved none with its checkpoints, log.save_replay=false")
         state = migrate_replay(arrays, self.run_dir / f"{self.name}.npz")
         if state["sampler"] is not None:  # format 0: the whole buffer's state in the file
             self.replay.load_state_dict({"storage": state["storage"], "sampler": state["sampler"],
