@@ -3,21 +3,29 @@
 A process killed at any moment leaves either the previous complete checkpoint or the new complete one,
 never a half-written file under the checkpoint's name, and no temp file once the next save or resume has run.
 
-A run directory holds ``checkpoint.pt`` and, with ``log.save_replay``, ``replay.npz``. Two files cannot be
-replaced in one atomic step, so :func:`save_run_state` orders the writes such that every kill point leaves a
-matching pair that :func:`load_replay_arrays` finds:
+A run directory holds ``checkpoint.pt`` and, with ``log.save_replay`` (the default), the replay as a base
+``replay.npz`` and an append-only episode log ``replay-<base env steps>.log`` (:class:`ReplayFiles`). Files
+cannot be replaced together in one atomic step, so a save orders the writes such that every kill point leaves
+a matching set that a resume finds:
 
-1. the replay is written (atomically) to ``replay-<env_steps>.npz``, tagged with ``meta/env_steps``;
-2. ``checkpoint.pt`` is replaced (atomically), its ``counters["env_steps"]`` equal to that tag;
-3. ``replay-<env_steps>.npz`` is renamed to ``replay.npz``.
+1. the episodes added since the last checkpoint are appended to the log (fsync), or a new base is written
+   (atomically) to ``replay-<env_steps>.npz``, tagged with ``meta/env_steps``, with an empty log of its own;
+2. ``checkpoint.pt`` is replaced (atomically); its ``replay_files`` entry names the base and how many bytes of
+   the log belong to it;
+3. a new base is renamed to ``replay.npz`` and the old log removed.
 
-Killed before 2: the old checkpoint and the old ``replay.npz`` still match (the new replay is a stray that the
-resume deletes). Killed between 2 and 3: the resume finds ``replay-<checkpoint env_steps>.npz`` and moves it
-into place. After 3: ``replay.npz`` matches.
+Killed before 2: the old checkpoint, its base and the first bytes of its log still match (appended bytes past
+them are cut; a new base is a stray that the resume deletes). Killed between 2 and 3: the resume finds
+``replay-<base>.npz`` and moves it into place. After 3: everything matches.
 
 A data-parallel run (torchrun) keeps one ``checkpoint.pt`` (written by rank 0, holding every rank's own state)
-and one replay per rank, ``replay.npz`` for rank 0 and ``replay-rank<r>.npz`` for rank ``r``
-(:func:`replay_name`), each written in the same three steps with the checkpoint in the middle.
+and one replay per rank, ``replay*`` for rank 0 and ``replay-rank<r>*`` for rank ``r`` (:func:`replay_name`),
+each written in the same three steps with the checkpoint in the middle.
+
+Both kinds of file carry a format version (:data:`CHECKPOINT_FORMAT`, :data:`REPLAY_FORMAT`); the earlier
+formats are read through one migration each (:func:`migrate_checkpoint`, :func:`migrate_replay`). Loading
+never runs code: ``checkpoint.pt`` is read weights-only, a format-0 replay's object arrays through an
+unpickler that builds numpy arrays of plain values only.
 
 The rest of the module is what a checkpoint holds besides the agent: this process's random state
 (:func:`process_rng_state`), the replay as flat arrays (:func:`flatten_arrays`) and, for a resume without the
