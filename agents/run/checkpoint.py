@@ -500,7 +500,8 @@ class ReplayFiles:
         log, size, storage = self._log(entry["base"]), int(entry["log_bytes"]), self.replay.storage
 
         def refuse(why: str) -> ValueError:
-            return ValueError(f"replay log {log} cannot be read: {why}; move {self.name}.npz and it away to resume "
+            return ValueError(f"replay log {log} cannot be read: expected the episodes of the checkpoint's replay, "
+                              f"got a truncated or corrupt file ({why}); move {self.name}.npz and it away to resume "
                               "with an empty replay")
 
         try:
