@@ -518,3 +518,4 @@ def test_a_missing_replay_says_what_is_the_case(tmp_path, capsys):
     train(_default_cfg(run_dir, "train.total_env_steps=300"), resume=str(run_dir))
     assert (f"her-train: no replay to restore in {run_dir}: replay.npz is missing, although the run saved its "
             "replay with each checkpoint (deleted or moved?); the replay buffer starts empty") in capsys.readouterr().out
+    assert _leftovers(run_dir) == [] and load_checkpoint(run_dir)["replay_files"]["base"] == 300  # a new base

@@ -441,9 +441,13 @@ class ReplayFiles:
             return
         if pending is not None:
             commit_replay(pending, self.name)
-            if self.saved is not None and self.saved["base"] != entry["base"]:
-                self._log(self.saved["base"]).unlink(missing_ok=True)
+            self._remove_logs(keep=self._log(entry["base"]).name)  # the old base's, or a replay's never loaded
         self.saved, self._next = entry, None
+
+    def _remove_logs(self, keep: str | None = None) -> None:
+        for p in self.run_dir.glob(f"{self.name}-*.log"):
+            if re.fullmatch(rf"{re.escape(self.name)}-\d+\.log", p.name) and p.name != keep:
+                p.unlink(missing_ok=True)
 
     def abort(self) -> None:
         """The checkpoint was not written: remove a new base and its log (appended bytes are cut at the next
@@ -457,9 +461,8 @@ class ReplayFiles:
 
     def remove(self) -> None:
         """Remove every replay file of this process (a run that saves none: old files are not its state)."""
-        for p in [self.run_dir / f"{self.name}.npz", *self.run_dir.glob(f"{self.name}-*.log")]:
-            if p.name == f"{self.name}.npz" or re.fullmatch(rf"{re.escape(self.name)}-\d+\.log", p.name):
-                p.unlink(missing_ok=True)
+        (self.run_dir / f"{self.name}.npz").unlink(missing_ok=True)
+        self._remove_logs()
 
     def load(self, own: dict[str, Any], env_steps: int) -> str | None:
         """Restore the replay saved with a checkpoint (``own``: this process's entries of it, ``env_steps``: its
@@ -473,10 +476,7 @@ class ReplayFiles:
         base_steps = int(entry["base"]) if entry is not None else int(env_steps)
         arrays = load_replay_arrays(self.run_dir, base_steps, self.name)
         if entry is not None:
-            keep = self._log(base_steps).name
-            for p in self.run_dir.glob(f"{self.name}-*.log"):
-                if re.fullmatch(rf"{re.escape(self.name)}-\d+\.log", p.name) and p.name != keep:
-                    p.unlink(missing_ok=True)
+            self._remove_logs(keep=self._log(base_steps).name)
         if arrays is None:
             path = self.run_dir / f"{self.name}.npz"
             return (f"{path.name} is missing, although the run saved its replay with each checkpoint (deleted or "
