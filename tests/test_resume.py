@@ -519,3 +519,24 @@ def test_a_missing_replay_says_what_is_the_case(tmp_path, capsys):
     assert (f"her-train: no replay to restore in {run_dir}: replay.npz is missing, although the run saved its "
             "replay with each checkpoint (deleted or moved?); the replay buffer starts empty") in capsys.readouterr().out
     assert _leftovers(run_dir) == [] and load_checkpoint(run_dir)["replay_files"]["base"] == 300  # a new base
+
+
+def test_a_format_0_checkpoint_without_its_later_entries_resumes(tmp_path):
+    """Format-0 checkpoints from before the agent RNG, update schedule, evaluation window, hooks, env RNGs and
+    world size were saved: ``migrate_checkpoint`` stands them in (None: the freshly built values stay)."""
+    from her_agents.cli import train_main
+    from her_agents.run.checkpoint import migrate_checkpoint
+
+    run_dir = tmp_path / "older"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml", "metrics.csv"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    for key in ("agent_rng", "replay_schedule", "update_schedule", "eval_window", "hooks", "envs", "world_size"):
+        del state[key]
+    torch.save(state, run_dir / "checkpoint.pt")
+    migrated = migrate_checkpoint(state)
+    assert migrated["format"] == 1 and migrated["world_size"] == 1 and migrated["hooks"] == {}
+    assert migrated["agent_rng"] is None and migrated["replay_files"] is None
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 0
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == 150
