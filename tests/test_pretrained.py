@@ -148,3 +148,15 @@ def test_load_pretrained_gives_an_acting_policy():
     policy = load_pretrained("FetchReach-v4")
     a = policy.agent.act(np.zeros((2, 10), np.float32), np.zeros((2, 3), np.float32), deterministic=True)
     assert a.shape == (2, 4) and np.all(np.abs(a) <= 1)
+
+
+def test_safetensors_export_holds_the_same_policy(tiny_run, tmp_path):
+    pytest.importorskip("safetensors")
+    for name, fmt in (("st", "safetensors"), ("pt", "torch")):
+        export_run(tiny_run, tmp_path / name, episodes=1, dtype="float16", file_format=fmt, log=lambda *_: None)
+    out = tmp_path / "st"
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.yaml", "model.safetensors", "results.json"]
+    st, st_meta = read_policy_file(out / "model.safetensors")
+    pt, pt_meta = read_policy_file(tmp_path / "pt" / "model.pt")
+    assert st_meta == pt_meta and st.keys() == pt.keys()
+    assert all(torch.equal(st[k], pt[k]) for k in st)

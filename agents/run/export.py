@@ -29,7 +29,7 @@ from ..tools import OneLineErrorParser
 from .checkpoint import write_atomic
 from .policy_file import MODEL_FILES, load_policy, safetensors_available, write_policy_file
 
-__all__ = ["export_run", "main", "measure", "model_card", "source_commit", "write_card", "write_results"]
+__all__ = ["export_parser", "export_run", "main", "measure", "model_card", "source_commit", "write_card", "write_results"]
 
 DEFAULT_EPISODES = 100
 EVAL_SEED = 12345  # her-eval's default --seed: the same episodes as `her-eval --episodes N`
@@ -242,8 +242,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, episodes: int = DEFAULT
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``her-export RUN_DIR OUT_DIR [--episodes N] [--dtype auto|float16|float32] [--video [N]]``."""
+def export_parser() -> OneLineErrorParser:
+    """The ``her-export`` argument parser (every option's help gives its default)."""
     parser = OneLineErrorParser(
         prog="her-export",
         description="Export a run's policy (actor + normalizer statistics) with its config, measured results and a "
@@ -260,9 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", dest="file_format", default="auto", help="safetensors, torch (model.pt) or "
                         "auto: safetensors when the package is installed (default: %(default)s)")
     parser.add_argument("--video", type=int, nargs="?", const=2, default=0, metavar="EPISODES",
-                        help="also render EPISODES episodes (2 if not given) to replay.mp4 (default: no video)")
-    parser.add_argument("--commit", help="the training commit for the card (default: this source's git commit)")
+                        help="also render EPISODES episodes (2 if not given) to replay.mp4 (default: %(default)s, no video)")
+    parser.add_argument("--commit", help="the training commit for the card (default: this source's git commit, "
+                        "or unknown outside a git checkout)")
     parser.add_argument("--overwrite", action="store_true", help="replace an export in a non-empty OUT_DIR")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``her-export RUN_DIR OUT_DIR [--episodes N] [--dtype auto|float16|float32] [--video [N]]``."""
+    parser = export_parser()
     args = parser.parse_args(argv)
     if args.video:
         from .video import check_gl_backend, default_headless_gl

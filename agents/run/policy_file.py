@@ -111,7 +111,7 @@ def read_policy_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[st
                 raise ValueError(f"{path} is a safetensors file: install the safetensors package to read it") from None
             with safe_open(str(path), framework="pt") as f:
                 metadata = dict(f.metadata() or {})
-                tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+                tensors = {k: f.get_tensor(k) for k in f.keys()}  # safe_open has no __iter__
         else:
             blob = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(blob, dict) or "metadata" not in blob or "tensors" not in blob:
