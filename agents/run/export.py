@@ -122,7 +122,8 @@ unpickling code), and the run's config in `config.yaml`.
 | algorithm | {algo}, config `{results.get('config_name') or 'config.yaml'}` |
 | commit | {results.get('commit') or 'unknown'} |
 
-The success rate is measured on the exported file itself (`results.json`), not copied from the run's log.
+The success rate is measured on {'the shipped file itself by scripts/measure_pretrained.py' if name else 'the exported file itself'}
+(`results.json`), not copied from the run's log.
 
 ## Use
 
