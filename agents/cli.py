@@ -231,6 +231,25 @@ def _record_video(agent, env_id: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_policy_file(target: str) -> bool:
+    """Whether ``her-eval`` takes ``target`` as a policy (``pretrained:NAME``, a ``her-export`` directory or model
+    file) rather than a checkpoint or run directory."""
+    from .run.policy_file import MODEL_FILES, read_policy_file
+
+    if target.startswith("pretrained:") or target.endswith(".safetensors"):
+        return True
+    if os.path.isdir(target):
+        return not os.path.isfile(os.path.join(target, "checkpoint.pt")) and any(
+            os.path.isfile(os.path.join(target, m)) for m in MODEL_FILES)
+    if os.path.basename(target) == "model.pt" and os.path.isfile(target):
+        try:  # a checkpoint may be named model.pt too
+            read_policy_file(target)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
 def _eval_policy_file(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``her-eval`` of a shipped policy (``pretrained:NAME``) or of a ``her-export`` file or directory."""
     from .loop.train import evaluate
@@ -267,11 +286,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"her-eval: error: {problem}", file=sys.stderr)
         return 2
-    from .run.policy_file import MODEL_FILES
-
-    if args.checkpoint.startswith("pretrained:") or any(
-            os.path.isfile(os.path.join(args.checkpoint, m)) for m in MODEL_FILES) or args.checkpoint.endswith(
-            (".safetensors", "model.pt")):
+    if _is_policy_file(args.checkpoint):
         return _eval_policy_file(parser, args)
 
     import torch

@@ -160,3 +160,11 @@ def test_safetensors_export_holds_the_same_policy(tiny_run, tmp_path):
     pt, pt_meta = read_policy_file(tmp_path / "pt" / "model.pt")
     assert st_meta == pt_meta and st.keys() == pt.keys()
     assert all(torch.equal(st[k], pt[k]) for k in st)
+
+
+def test_her_eval_takes_an_exported_directory_and_still_a_run_directory(exported, tiny_run, capsys):
+    out, results = exported
+    assert eval_main([str(out), "--episodes", "2"]) == 0
+    assert f"({out}, {results['dtype']}): success rate" in capsys.readouterr().out
+    assert eval_main([str(tiny_run), "--episodes", "2"]) == 0
+    assert "@ 200 env steps: success rate" in capsys.readouterr().out
