@@ -345,6 +345,9 @@ def run_study(args: Any, params: list[Param], objective: Objective, log: Any = p
                 raise optuna.TrialPruned() from None
             trial.set_user_attr("interrupted", True)
             raise
+        except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, without a checkpoint
+            trial.set_user_attr("interrupted", True)
+            raise
         value = objective.value(result.history)
         trial.set_user_attr("env_steps", int(result.env_steps))
         log(f"her-tune: trial {trial.number}: {objective} {value:.4g}")

@@ -54,6 +54,7 @@ def test_study_stops_and_resumes_with_the_trial_count_going_on(tmp_path, monkeyp
     for t in (trials[0], trials[2], trials[3]):
         run_dir = Path(t.user_attrs["run_dir"])
         assert (run_dir / "metrics.csv").is_file() and (run_dir / "checkpoint.pt").is_file()
+        assert "group: fetch_reach_ddpg" in (run_dir / "config.yaml").read_text()  # the W&B group: the study
         assert sorted(t.intermediate_values) == [100, 200]  # each eval row reported
         assert t.value == t.intermediate_values[200]  # objective success: the last evaluation's
     table = capsys.readouterr().out
