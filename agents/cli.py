@@ -1,4 +1,5 @@
-"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT``."""
+"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT`` (also ``pretrained:NAME``, a
+shipped policy, and ``--list-pretrained``)."""
 
 from __future__ import annotations
 

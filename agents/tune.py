@@ -15,7 +15,7 @@ A trial stopped by Ctrl-C / SIGTERM is marked failed and is tried again (same va
 The search space is a YAML mapping of config keys to distributions::
 
     agent.actor_lr: {distribution: log-float, low: 1.0e-4, high: 3.0e-3}
-    agent.tau: {distribution: float, low: 0.01, high: 0.1}
+    agent.polyak: {distribution: float, low: 0.9, high: 0.99}
     replay.n_sampled_goal: {distribution: int, low: 2, high: 8}
     train.batch_size: {distribution: categorical, choices: [128, 256, 512]}
 """
@@ -34,8 +34,8 @@ import yaml
 from .loop.train import LoopHooks
 from .tools import OneLineErrorParser, print_to_pipe
 
-__all__ = ["DISTRIBUTIONS", "Objective", "Param", "TrialHooks", "load_space", "main", "open_storage",
-           "best_trials_table"]
+__all__ = ["DISTRIBUTIONS", "Objective", "Param", "TrialHooks", "best_trials_table", "check_space", "load_space",
+           "main", "open_storage", "override", "parser", "run_study"]
 
 DISTRIBUTIONS = ("float", "log-float", "int", "categorical")
 

@@ -143,3 +143,14 @@ def test_space_file_round_trip(tmp_path):
     assert params["agent.hidden"].choices == ([32, 32], [64, 64])
     assert tune.override("agent.hidden", [32, 32]) == "agent.hidden=[32, 32]"
     assert tune.override("agent.actor_lr", 1e-3) == "agent.actor_lr=0.001"
+
+
+def test_the_docs_search_space_is_valid_for_the_configs(tmp_path):
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "tuning.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", page, re.S)
+    params = load_space(_space(tmp_path, block))
+    assert len(params) == 5
+    for config in ("fetch_reach_ddpg", "fetch_push_sac"):
+        tune.check_space(params, config, [])
