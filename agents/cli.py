@@ -1,4 +1,5 @@
-"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT``."""
+"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT`` (also ``pretrained:NAME``, a
+shipped policy, and ``--list-pretrained``)."""
 
 from __future__ import annotations
 
@@ -167,7 +168,9 @@ def train_main(argv: list[str] | None = None) -> int:
 def eval_parser() -> argparse.ArgumentParser:
     """The ``her-eval`` argument parser (every option's help gives its default)."""
     parser = OneLineErrorParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
-    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
+    parser.add_argument("checkpoint", nargs="?", help="checkpoint.pt, a run directory, a her-export directory "
+                        "or pretrained:NAME, a policy shipped with the package (see --list-pretrained)")
+    parser.add_argument("--list-pretrained", action="store_true", help="list the shipped policies' names and exit")
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of the evaluation envs and of the video episodes (default: %(default)s)")
@@ -229,13 +232,63 @@ def _record_video(agent, env_id: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_policy_file(target: str) -> bool:
+    """Whether ``her-eval`` takes ``target`` as a policy (``pretrained:NAME``, a ``her-export`` directory or model
+    file) rather than a checkpoint or run directory."""
+    from .run.policy_file import MODEL_FILES, read_policy_file
+
+    if target.startswith("pretrained:") or target.endswith(".safetensors"):
+        return True
+    if os.path.isdir(target):
+        return not os.path.isfile(os.path.join(target, "checkpoint.pt")) and any(
+            os.path.isfile(os.path.join(target, m)) for m in MODEL_FILES)
+    if os.path.basename(target) == "model.pt" and os.path.isfile(target):
+        try:  # a checkpoint may be named model.pt too
+            read_policy_file(target)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _eval_policy_file(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``her-eval`` of a shipped policy (``pretrained:NAME``) or of a ``her-export`` file or directory."""
+    from .loop.train import evaluate
+    from .pretrained import PREFIX, load_pretrained
+    from .run.policy_file import load_policy
+    from her_envs import make_vector_env
+
+    try:
+        if args.checkpoint.startswith(PREFIX):
+            policy = load_pretrained(args.checkpoint, device=args.device)
+        else:
+            policy = load_policy(args.checkpoint, device=args.device)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(str(exc))
+    env = make_vector_env(policy.env_id, min(args.episodes, 10), "sync", seed=args.seed)
+    ev = evaluate(policy.agent, env, args.episodes)
+    env.close()
+    print(f"{policy.env_id} {policy.algo} ({args.checkpoint}, {policy.metadata['dtype']}): success rate "
+          f"{ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
+          f"mean final distance {ev['final_distance']:.4f}")
+    return _record_video(policy.agent, policy.env_id, args) if args.video else 0
+
+
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)
+    if args.list_pretrained:
+        from .pretrained import names
+
+        return print_to_pipe("\n".join(names()))
+    if args.checkpoint is None:
+        parser.error("give a checkpoint, a run directory or pretrained:NAME (--list-pretrained lists the names)")
     problem = _check_eval_args(parser, args)
     if problem:
         print(f"her-eval: error: {problem}", file=sys.stderr)
         return 2
+    if _is_policy_file(args.checkpoint):
+        return _eval_policy_file(parser, args)
 
     import torch
 

@@ -1,4 +1,4 @@
-"""Every option of ``her-train``, ``her-eval`` and ``her-plot`` shows in ``--help`` with a help text, and so
+"""Every option of ``her-train``, ``her-eval``, ``her-plot``, ``her-export`` and ``her-tune`` shows in ``--help`` with a help text, and so
 does its default where it has one (flags excepted: their default is to be off)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import pytest
 
 from her_agents.cli import eval_parser, train_parser
 from her_agents.plot import build_parser as plot_parser
+from her_agents.run.export import export_parser
+from her_agents.tune import parser as tune_parser
 
 # How each command is run: the console scripts call these functions.
 COMMANDS = {
@@ -18,6 +20,10 @@ COMMANDS = {
     "her-eval": (eval_parser, [sys.executable, "-c",
                                "import sys; from her_agents.cli import eval_main; sys.exit(eval_main(['--help']))"]),
     "her-plot": (plot_parser, [sys.executable, "-m", "her_agents.plot", "--help"]),
+    "her-export": (export_parser, [sys.executable, "-c",
+                                   "import sys; from her_agents.run.export import main; sys.exit(main(['--help']))"]),
+    "her-tune": (tune_parser, [sys.executable, "-c",
+                               "import sys; from her_agents.tune import main; sys.exit(main(['--help']))"]),
 }
 
 
