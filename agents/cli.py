@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -54,6 +54,7 @@ def train_parser() -> argparse.ArgumentParser:
                         "another run (its files are replaced as the new run writes its own; default: refuse)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit "
                         "(default: train)")
+    add_version_option(parser)
     return parser
 
 
@@ -176,6 +177,7 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--video-episodes", type=int, default=2,
                         help="episodes in the video (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of the policy (default: %(default)s)")
+    add_version_option(parser)
     return parser
 
 
@@ -254,10 +256,10 @@ def eval_main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
     try:
         agent = agent_from_checkpoint(state, device=args.device)
-    except RuntimeError as exc:  # e.g. MuJoCo's own GL set-up at import
+        env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
+    except (RuntimeError, ValueError, TypeError) as exc:  # MuJoCo's GL set-up at import; an env module not found
         print(f"her-eval: error: cannot build {cfg['env']['id']}: {exc}", file=sys.stderr)
         return 2
-    env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
     ev = evaluate(agent, env, args.episodes)
     env.close()
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "

@@ -67,7 +67,8 @@ DEVICES = ("auto", "cpu", "cuda")
 @dataclass
 class EnvConfig:
     id: str = "FetchPush-v4"
-    """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env."""
+    """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env; ``module.path:EnvId-v0``
+    imports ``module.path`` (from the Python path or the current directory), which registers ``EnvId-v0``."""
     n_envs: int = 1
     """Parallel training envs (gymnasium vector env, >= 1); each env step counts n_envs env steps."""
     vectorization: Vectorization = "sync"

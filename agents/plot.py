@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
 __all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
@@ -365,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--levels", nargs="+", type=float, metavar="L",
                         help="with --table: the metric levels whose first crossing the table gives, in env steps "
                              "(default: 0.5 0.9)")
+    add_version_option(parser)
     return parser
 
 

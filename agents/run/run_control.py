@@ -127,7 +127,8 @@ def prepare_run_dir(env_id: str, algo: str, seed: int, run_dir: str | None, resu
         path = Path(run_dir)
         _make_dir(path)
     else:
-        base = Path("runs") / f"{env_id}-{algo}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        env_name = env_id.rpartition(":")[2]  # "module.path:EnvId-v0" -> "EnvId-v0"
+        base = Path("runs") / f"{env_name}-{algo}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
         for i in range(10_000):
             path = base if i == 0 else base.with_name(f"{base.name}-{i}")
             try:
