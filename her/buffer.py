@@ -432,8 +432,10 @@ def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, rela
 
     Args:
         storage: the storage the pieces work on.
-        sampler, relabeler, returns: pieces given as objects (None: build from the shorthands). The sampler is
-            attached to ``storage`` here.
+        sampler: the sampler as an object (None: uniform, or prioritized from the shorthands); attached to
+            ``storage`` here.
+        relabeler: the relabeler as an object (None: build from the shorthands).
+        returns: the returns as an object (None: build from the shorthands).
         shorthands: ``strategy``, ``n_sampled_goal``, ``other_desired_fraction`` (relabeler) and ``n_step``,
             ``gamma``, ``stop_at_success``, ``compute_success`` (returns), as in ``HerReplayBuffer``.
     Returns:

@@ -487,7 +487,8 @@ class EnergySampler:
         kinetic_weight: weight of the kinetic term, >= 0 (the paper: 1; see :func:`trajectory_energy`).
         exponent: the priority is ``(energy + eps) ** exponent``, in (0, 10]; above 1 it sharpens the draw toward
             the episodes with the most energy (as prioritized replay's alpha, inverted: alpha < 1 flattens).
-        gravity, height_axis: as :func:`trajectory_energy`.
+        gravity: as in :func:`trajectory_energy`.
+        height_axis: as in :func:`trajectory_energy`.
         branching: tree branching factor (see ``her.trees``).
 
     Raises:

@@ -424,7 +424,9 @@ class GoalConditionedAgentBase:
     :meth:`update`, and list everything a checkpoint needs in :meth:`_checkpoint_items`.
 
     Args:
-        obs_dim, goal_dim, action_dim: sizes of ``observation``, ``desired_goal`` and the action.
+        obs_dim: size of ``observation``.
+        goal_dim: size of ``desired_goal``.
+        action_dim: size of the action.
         config: the algorithm's config dataclass.
         device: ``"auto"`` (cuda if available), ``"cpu"``, ``"cuda"`` or a ``torch.device``.
         n_threads: if given, ``torch.set_num_threads(n_threads)`` at construction.

@@ -60,7 +60,9 @@ def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: 
 
     Args:
         algo: the algorithm's name (case-insensitive).
-        obs_dim, goal_dim, action_dim: sizes of the flat observation, goal and action.
+        obs_dim: size of the flat observation.
+        goal_dim: size of the goal.
+        action_dim: size of the action.
         config: the algorithm's config dataclass (e.g. from :func:`her_agents.config.agent_config`); then
             ``kwargs`` may hold only ``device`` and ``n_threads``.
         kwargs: without ``config``, the algorithm's config fields (e.g. ``actor_lr=1e-3``,

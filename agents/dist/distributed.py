@@ -378,8 +378,8 @@ class DistContext(LoopHooks):
         written before the checkpoint, renamed after it, so every kill point leaves matching files.
 
         Raises:
-            OSError (or what the failing write raised): this rank's write failed; RuntimeError: another rank's
-            did (the previous checkpoint stays valid).
+            OSError: this rank's write failed (or what the failing write raised).
+            RuntimeError: another rank's write failed (the previous checkpoint stays valid).
         """
         name, steps = replay_name(self.rank), int(shared["counters"]["env_steps"])
         pending, error = None, None
