@@ -23,7 +23,7 @@ DEFAULT_CONFIG = "fetch_push_sac"
 def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
-    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.dist`."""
+    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering [`her_agents.dist`][]."""
     if cfg.dist.mode == "actor_learner":
         from .dist.actor_learner import train_actor_learner
 

@@ -58,7 +58,7 @@ def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
         episodes: the default of ``--episodes``.
 
     Returns:
-        the parsed arguments, the checkpoint (:func:`her_agents.run.checkpoint.load_checkpoint`) and its agent
+        the parsed arguments, the checkpoint ([`her_agents.run.checkpoint.load_checkpoint`][]) and its agent
         (built uncompiled on the CPU, one torch thread).
 
     Exits (status 2, one error line) on a bad flag, a missing or unreadable checkpoint, or another task's run.

@@ -1,11 +1,12 @@
-"""Building goal envs by id: :func:`make_env` (one validated, wrapped env) and :func:`goal_env_spec` (its spec).
+"""Building goal envs by id: [`make_env`][her_envs.make.make_env] (one validated, wrapped env) and
+[`goal_env_spec`][her_envs.make.goal_env_spec] (its spec).
 
 Env ids are resolved against gymnasium's registry, registering gymnasium_robotics (and so loading MuJoCo) only
 when an id needs it; unknown ids and old ones that need mujoco_py are refused with the ids to use instead.
 An id of the form ``"module.path:EnvId-v0"`` (gymnasium's own convention) first imports ``module.path``, which
 registers ``EnvId-v0``; the module is found on ``sys.path`` or, failing that, in the current directory, so a
 goal env of your own trains without being installed as a package.
-:data:`FETCH_TASKS` names the maintained Fetch tasks.
+[`FETCH_TASKS`][her_envs.FETCH_TASKS] names the maintained Fetch tasks.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def make_env(env_id: str, seed: int | None = None, render_mode: str | None = Non
         render_mode: passed to ``gym.make`` (``"rgb_array"`` for frames; set ``MUJOCO_GL`` for headless).
 
     Returns:
-        the env wrapped by :func:`wrap_goal_env`: its action space is ``Box(-1, 1)`` float32 (mapped onto the
+        the env wrapped by [`wrap_goal_env`][her_envs.make.wrap_goal_env]: its action space is ``Box(-1, 1)``
+        float32 (mapped onto the
         env's own bounds) and its observations are fresh arrays at every ``reset`` / ``step``.
 
     Raises:
@@ -164,7 +166,7 @@ def make_env(env_id: str, seed: int | None = None, render_mode: str | None = Non
 
 @functools.cache
 def goal_env_spec(env_id: str) -> GoalEnvSpec:
-    """Build one env, read its :class:`GoalEnvSpec`, close it. Cached per ``env_id``."""
+    """Build one env, read its [`GoalEnvSpec`][her_envs.make.GoalEnvSpec], close it. Cached per ``env_id``."""
     env = gym.make(_resolve_env_id(env_id))
     try:
         return spec_from_env(env, env_id)
