@@ -80,7 +80,8 @@ PYTHON = [(page, line, code) for page in PAGES for line, lang, code in blocks(pa
 
 
 def her_train_lines() -> list[tuple[str, list[str]]]:
-    """``(where, argv)`` of each ``her-train`` command line in the pages' bash blocks (``--resume`` excluded)."""
+    """``(where, argv)`` of each ``her-train`` command line in the pages' bash blocks (``--resume`` and
+    ``--version`` excluded)."""
     out = []
     for page in PAGES:
         for start, lang, code in blocks(page):
@@ -94,7 +95,7 @@ def her_train_lines() -> list[tuple[str, list[str]]]:
                     argv = words[words.index("her_agents.cli") + 1:]
                 else:
                     continue
-                if "--resume" not in argv:
+                if "--resume" not in argv and "--version" not in argv:
                     out.append((f"{rel(page)}:{start + offset}", argv))
     return out
 
