@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -24,7 +24,7 @@ DEFAULT_CONFIG = "fetch_push_sac"
 def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
-    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.dist`."""
+    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering [`her_agents.dist`][]."""
     if cfg.dist.mode == "actor_learner":
         from .dist.actor_learner import train_actor_learner
 
@@ -55,6 +55,7 @@ def train_parser() -> argparse.ArgumentParser:
                         "another run (its files are replaced as the new run writes its own; default: refuse)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit "
                         "(default: train)")
+    add_version_option(parser)
     return parser
 
 
@@ -179,6 +180,7 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--video-episodes", type=int, default=2,
                         help="episodes in the video (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of the policy (default: %(default)s)")
+    add_version_option(parser)
     return parser
 
 
@@ -307,10 +309,10 @@ def eval_main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
     try:
         agent = agent_from_checkpoint(state, device=args.device)
-    except RuntimeError as exc:  # e.g. MuJoCo's own GL set-up at import
+        env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
+    except (RuntimeError, ValueError, TypeError) as exc:  # MuJoCo's GL set-up at import; an env module not found
         print(f"her-eval: error: cannot build {cfg['env']['id']}: {exc}", file=sys.stderr)
         return 2
-    env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
     ev = evaluate(agent, env, args.episodes)
     env.close()
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "

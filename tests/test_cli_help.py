@@ -65,3 +65,17 @@ def test_her_plot_help_lists_label_and_output_file():
     options = {opt for a in parser._actions for opt in a.option_strings}
     assert {"--label", "--out", "--metric", "--title", "--table"} <= options
     assert "learning_curves.png" in parser.format_help()
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_version_is_the_changelogs_top_release_and_pyprojects(command):
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    top = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (root / "CHANGELOG.md").read_text(), re.M).group(1)
+    assert re.search(r'^version = "(.*)"$', (root / "pyproject.toml").read_text(), re.M).group(1) == top
+    argv = [part.replace("--help", "--version") for part in COMMANDS[command][1]]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{command} {top}", proc.stdout
