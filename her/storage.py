@@ -374,7 +374,7 @@ class EpisodeStorage:
 
         Raises:
             ValueError: the state was saved from a storage of another size or layout, or in a format this version
-                does not read (:func:`migrate_storage_state`).
+                does not read (``migrate_storage_state``).
         """
         state = migrate_storage_state(state)
         head, live, n_tr, n_added, n_slots = (int(x) for x in state["scalars"])
@@ -422,7 +422,7 @@ class EpisodeStorage:
             raise
 
     def load(self, path: str) -> None:
-        """Load a file written by ``save`` (of any format :func:`migrate_storage_state` reads).
+        """Load a file written by ``save`` (of any format ``migrate_storage_state`` reads).
 
         Raises:
             ValueError: a file of another storage size or layout, or of an unknown format."""
@@ -432,10 +432,10 @@ class EpisodeStorage:
     # ------------------------------------------------------------------ append-only episode log
     def episodes_after(self, n_added: int) -> dict[str, np.ndarray] | None:
         """The episodes added after the first ``n_added`` (``n_episodes_added`` at some earlier moment), oldest
-        first, as :meth:`add_episodes` takes them: ``records`` (the storage's structured records of their
+        first, as ``add_episodes`` takes them: ``records`` (the storage's structured records of their
         ``T + 1`` state slots each, concatenated), ``achieved_goal`` [sum(T + 1), *goal_shape] (goal storages)
         and ``lengths`` int64 [episodes] (each ``T``). ``None`` when some of them were already evicted (more
-        than the storage holds were added since): only a full :meth:`state_dict` then describes the storage.
+        than the storage holds were added since): only a full ``state_dict`` then describes the storage.
 
         Raises:
             ValueError: ``n_added`` is negative or above ``n_episodes_added``.
@@ -454,7 +454,7 @@ class EpisodeStorage:
         return out
 
     def add_episodes(self, chunk: Mapping[str, np.ndarray]) -> None:
-        """Add again, in order, the episodes of :meth:`episodes_after` (of a storage of the same layout): a
+        """Add again, in order, the episodes of ``episodes_after`` (of a storage of the same layout): a
         storage that held the same episodes before them ends up equal to the one they came from (slots, eviction,
         counters), and the listeners hear of each as of a new episode.
 
@@ -493,12 +493,12 @@ class EpisodeStorage:
 
 
 STORAGE_FORMAT = 1
-"""Format of :meth:`EpisodeStorage.state_dict` (its ``format`` entry): 1 since the entry exists. Format 0 (no
+"""Format of ``EpisodeStorage.state_dict`` (its ``format`` entry): 1 since the entry exists. Format 0 (no
 entry) is what earlier versions saved, some without the ``next_achieved_goal`` field."""
 
 
 def migrate_storage_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """A storage state of any format this version reads, in format :data:`STORAGE_FORMAT`: the one place that
+    """A storage state of any format this version reads, in format ``STORAGE_FORMAT``: the one place that
     knows the earlier formats.
 
     Raises:
@@ -517,7 +517,7 @@ def migrate_storage_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_is_storage(storage: object, name: str = "storage") -> None:
     """Raises:
-        TypeError: ``storage`` is not an :class:`EpisodeStorage`."""
+        TypeError: ``storage`` is not an [`EpisodeStorage`][her.storage.EpisodeStorage]."""
     if not isinstance(storage, EpisodeStorage):
         raise TypeError(f"{name} must be an her.EpisodeStorage (e.g. her.storage_from_env(env, capacity)), got "
                         f"{type(storage).__name__}")

@@ -4,7 +4,7 @@ A process killed at any moment leaves either the previous complete checkpoint or
 never a half-written file under the checkpoint's name, and no temp file once the next save or resume has run.
 
 A run directory holds ``checkpoint.pt`` and, with ``log.save_replay`` (the default), the replay as a base
-``replay.npz`` and an append-only episode log ``replay-<base env steps>.log`` (:class:`ReplayFiles`). Files
+``replay.npz`` and an append-only episode log ``replay-<base env steps>.log`` (``ReplayFiles``). Files
 cannot be replaced together in one atomic step, so a save orders the writes such that every kill point leaves
 a matching set that a resume finds:
 
@@ -19,17 +19,17 @@ them are cut; a new base is a stray that the resume deletes). Killed between 2 a
 ``replay-<base>.npz`` and moves it into place. After 3: everything matches.
 
 A data-parallel run (torchrun) keeps one ``checkpoint.pt`` (written by rank 0, holding every rank's own state)
-and one replay per rank, ``replay*`` for rank 0 and ``replay-rank<r>*`` for rank ``r`` (:func:`replay_name`),
+and one replay per rank, ``replay*`` for rank 0 and ``replay-rank<r>*`` for rank ``r`` (``replay_name``),
 each written in the same three steps with the checkpoint in the middle.
 
-Both kinds of file carry a format version (:data:`CHECKPOINT_FORMAT`, :data:`REPLAY_FORMAT`); the earlier
-formats are read through one migration each (:func:`migrate_checkpoint`, :func:`migrate_replay`). Loading
+Both kinds of file carry a format version (``CHECKPOINT_FORMAT``, ``REPLAY_FORMAT``); the earlier
+formats are read through one migration each (``migrate_checkpoint``, ``migrate_replay``). Loading
 never runs code: ``checkpoint.pt`` is read weights-only, a format-0 replay's object arrays through an
 unpickler that builds numpy arrays of plain values only.
 
 The rest of the module is what a checkpoint holds besides the agent: this process's random state
-(:func:`process_rng_state`), the replay as flat arrays (:func:`flatten_arrays`) and, for a resume without the
-replay file, the replay's schedules (:func:`replay_schedule`).
+(``process_rng_state``), the replay as flat arrays (``flatten_arrays``) and, for a resume without the
+replay file, the replay's schedules (``replay_schedule``).
 """
 
 from __future__ import annotations
@@ -171,12 +171,12 @@ def _safe_globals() -> list[Any]:
 
 CHECKPOINT_FORMAT = 1
 """Format of ``checkpoint.pt`` (its ``format`` entry). 0: no entry (every checkpoint before formats existed;
-some lack the entries :func:`migrate_checkpoint` fills in). 1: the replay is referred to by ``replay_files``
-(:class:`ReplayFiles`), its sampler state in ``replay_sampler``."""
+some lack the entries ``migrate_checkpoint`` fills in). 1: the replay is referred to by ``replay_files``
+(``ReplayFiles``), its sampler state in ``replay_sampler``."""
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """``torch.save(state)`` to ``path`` atomically, with ``format`` :data:`CHECKPOINT_FORMAT`."""
+    """``torch.save(state)`` to ``path`` atomically, with ``format`` ``CHECKPOINT_FORMAT``."""
     state = {**state, "format": CHECKPOINT_FORMAT}
     write_atomic(path, lambda f: torch.save(state, f))
 
@@ -188,7 +188,7 @@ the value of the freshly built run stays)."""
 
 
 def migrate_checkpoint(state: dict[str, Any], path: str | os.PathLike = "checkpoint.pt") -> dict[str, Any]:
-    """A loaded checkpoint of any format this version reads, in format :data:`CHECKPOINT_FORMAT`: the one place
+    """A loaded checkpoint of any format this version reads, in format ``CHECKPOINT_FORMAT``: the one place
     that knows the earlier formats, so that a resume reads every entry without looking for it.
 
     Raises:
@@ -246,7 +246,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 def write_pending_replay(run_dir: str | os.PathLike, replay_arrays: dict[str, np.ndarray], env_steps: int,
                          name: str = "replay") -> Path:
     """Step 1 of a save: the flat replay arrays to ``<run_dir>/<name>-<env_steps>.npz`` (atomically), tagged with
-    ``meta/env_steps``. Returns that path; :func:`commit_replay` moves it into place once the checkpoint is."""
+    ``meta/env_steps``. Returns that path; ``commit_replay`` moves it into place once the checkpoint is."""
     pending = Path(run_dir) / f"{name}-{int(env_steps)}.npz"
     arrays = {**replay_arrays, "meta/env_steps": np.asarray(int(env_steps), np.int64)}
     write_atomic(pending, lambda f: np.savez_compressed(f, **arrays))
@@ -280,7 +280,7 @@ def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int, name: str = "
     """The flat replay arrays saved with the checkpoint of ``env_steps`` (``None`` if the run saved none).
 
     Finishes a save that was killed between the checkpoint and the replay rename, and removes what a killed
-    save left behind (temp files, replays newer than the checkpoint). ``name``: :func:`replay_name` of the
+    save left behind (temp files, replays newer than the checkpoint). ``name``: ``replay_name`` of the
     process (rank 0 also removes every other temp file of the directory).
 
     Raises:
@@ -336,7 +336,7 @@ class _NumpyOnly(pickle.Unpickler):
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz``; object arrays (only in format-0 replays) through :class:`_NumpyOnly`."""
+    """The arrays of an ``.npz``; object arrays (only in format-0 replays) through ``_NumpyOnly``."""
     out: dict[str, np.ndarray] = {}
     with zipfile.ZipFile(path) as z:
         for member in z.namelist():
@@ -354,7 +354,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 def migrate_replay(arrays: dict[str, np.ndarray], path: Path) -> dict[str, Any]:
     """A replay base file's arrays (any format this version reads) as the nested state of format
-    :data:`REPLAY_FORMAT`: ``{"storage": ..., "sampler": ... or None, "rng": ... or None, "meta": ...}`` (a
+    ``REPLAY_FORMAT``: ``{"storage": ..., "sampler": ... or None, "rng": ... or None, "meta": ...}`` (a
     format-0 file holds the sampler and RNG; a format-1 checkpoint holds them instead).
 
     Raises:
@@ -373,19 +373,19 @@ class ReplayFiles:
     """A process's replay on disk beside ``checkpoint.pt``, written without rewriting it at every checkpoint.
 
     - ``<name>.npz``: a base, the storage's full state (compressed), tagged ``meta/env_steps`` with the
-      checkpoint it was written with (``<name>`` is :func:`replay_name`);
+      checkpoint it was written with (``<name>`` is ``replay_name``);
     - ``<name>-<base env steps>.log``: an append-only log of the episodes added since that base: a header,
       then one chunk per checkpoint (``b"EPIS"``, a length, an ``.npz`` of the episodes' records).
 
-    :meth:`prepare` appends the episodes added since the last checkpoint to the log (truncated first to the
+    ``prepare`` appends the episodes added since the last checkpoint to the log (truncated first to the
     size the last checkpoint covers: bytes of a failed save are never read) and fsyncs, or, once the log
     outgrows the storage's own size or episodes were evicted before they were logged, writes a new base as
     ``<name>-<env steps>.npz`` with an empty log of its own. It returns the checkpoint's entries
     (``replay_files``: base, log bytes and episodes covered; ``replay_sampler``: the sampler's state). The
-    checkpoint is then written; :meth:`commit` renames a new base into place and removes the old log
-    (:meth:`abort` instead if the checkpoint failed). A kill at any point leaves the previous checkpoint
+    checkpoint is then written; ``commit`` renames a new base into place and removes the old log
+    (``abort`` instead if the checkpoint failed). A kill at any point leaves the previous checkpoint
     with its base and the first ``log bytes`` of its log intact, or the new checkpoint with its own:
-    :meth:`load` finishes or undoes a save cut short.
+    ``load`` finishes or undoes a save cut short.
     """
 
     def __init__(self, run_dir: str | os.PathLike, replay: her.HerReplayBuffer, name: str = "replay") -> None:
@@ -435,7 +435,7 @@ class ReplayFiles:
         return {"replay_files": dict(self._next[0]), "replay_sampler": self.replay.sampler.state_dict()}
 
     def commit(self) -> None:
-        """Step 3 of a save, once the checkpoint holding :meth:`prepare`'s entries is written."""
+        """Step 3 of a save, once the checkpoint holding ``prepare``'s entries is written."""
         entry, pending = self._next or (None, None)
         if entry is None:
             return
@@ -533,11 +533,11 @@ class ReplayFiles:
 
 
 def read_replay(run_dir: str | os.PathLike, name: str = "replay") -> dict[str, np.ndarray]:
-    """The storage state (flat arrays, keys ``storage/...`` as :func:`flatten_arrays` names them) of the replay
+    """The storage state (flat arrays, keys ``storage/...`` as ``flatten_arrays`` names them) of the replay
     saved with the run directory's ``checkpoint.pt``, base and log together: for tools and tests.
 
     Raises:
-        ValueError: no replay saved, or as :meth:`ReplayFiles.load`.
+        ValueError: no replay saved, or as ``ReplayFiles.load``.
     """
     import her
 
@@ -596,7 +596,7 @@ def process_rng_state(rng: np.random.Generator | None = None) -> dict[str, Any]:
 
 
 def load_process_rng_state(state: dict[str, Any], rng: np.random.Generator | None = None) -> None:
-    """Restore :func:`process_rng_state` (the keys a checkpoint has; CUDA only on as many devices)."""
+    """Restore ``process_rng_state`` (the keys a checkpoint has; CUDA only on as many devices)."""
     if rng is not None and "numpy" in state:
         rng.bit_generator.state = state["numpy"]
     if "torch" in state:
@@ -622,7 +622,7 @@ def flatten_arrays(d: dict, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def unflatten_arrays(flat: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The nested dict of :func:`flatten_arrays` (0-d and object arrays back to their Python value)."""
+    """The nested dict of ``flatten_arrays`` (0-d and object arrays back to their Python value)."""
     out: dict[str, Any] = {}
     for k, v in flat.items():
         node = out
@@ -647,7 +647,7 @@ def replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
 
 
 def load_replay_schedule(replay: her.HerReplayBuffer, schedule: dict[str, Any]) -> None:
-    """Restore :func:`replay_schedule` into a replay whose storage restarts empty."""
+    """Restore ``replay_schedule`` into a replay whose storage restarts empty."""
     replay.rng.bit_generator.state = schedule["rng"]
     if "n_samples" in schedule and hasattr(replay.sampler, "n_samples"):
         replay.sampler.n_samples = int(schedule["n_samples"])
