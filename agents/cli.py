@@ -111,13 +111,21 @@ def _last_checkpoint_hint(cfg: Config, args: argparse.Namespace) -> str:
 
 def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     """Run the training; the exit status, with one line on stderr for what stopped it early."""
-    from .run.run_control import TrainingStopped
+    from .loop.collect import NetworksDiverged
+    from .run.run_control import RunFailed, TrainingStopped
+    from her_envs import EnvWorkerDied
 
     try:
         result = run_training(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingStopped as exc:
         print(f"her-train: {exc}", file=sys.stderr)
         return exc.exit_code
+    except RunFailed as exc:  # a dead env worker, diverged networks: the line says what to do
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (EnvWorkerDied, NetworksDiverged) as exc:  # the same outside the plain loop (the actor-learner)
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
         print("her-train: interrupted" + _last_checkpoint_hint(cfg, args), file=sys.stderr)
         return 130

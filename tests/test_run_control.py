@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from her_agents.run import run_control
 from her_agents.config import load_config
@@ -504,3 +505,89 @@ def test_a_second_ctrl_c_names_the_last_checkpoint_and_a_resume_without_replay_s
           resume=str(run_dir))
     assert (f"her-train: {run_dir} holds no replay (the run had log.save_replay=false): the replay buffer starts "
             "empty; the agent, normalizers and counters continue") in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------- faults the run cannot go on from
+
+
+def test_a_killed_env_worker_stops_the_run_in_one_line_and_the_run_resumes(tmp_path):
+    """SIGKILL of one async env worker (the OOM killer): the run stops within seconds with one line naming the
+    worker and the intact last checkpoint, no worker is left, and ``--resume`` continues (it hung forever)."""
+    run_dir = tmp_path / "run"
+    env = _env(WANDB_MODE="disabled")
+    proc = _start(["fetch_reach_ddpg", "train.total_env_steps=20000", "train.eval_every=100", "env.n_envs=2",
+                   "env.vectorization=async", f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
+    try:
+        _wait_for(run_dir / "checkpoint.pt", proc)
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            workers = [int(p) for p in f.read().split()]
+        assert len(workers) == 2
+        os.kill(workers[1], signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = (tmp_path / "first.log").read_text()
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    (line,) = [line for line in out.splitlines() if "error" in line]
+    steps = load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"]
+    assert line.startswith(f"her-train: error: training env worker 1 (pid {workers[1]}) was killed by SIGKILL")
+    assert line.endswith(f"the last checkpoint ({steps} env steps) is intact: continue with "
+                         f"`her-train --resume {run_dir}`")
+    time.sleep(0.5)
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+
+    proc2 = _cli(["--resume", str(run_dir), f"train.total_env_steps={steps + 100}"], env)
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == steps + 100
+
+
+def test_closing_the_terminal_stops_like_sigterm_with_a_checkpoint(tmp_path):
+    """SIGHUP (the terminal was closed, so writing to it fails): the run writes its stop checkpoint and ends
+    with 129 (it was killed without one)."""
+    import pty
+
+    run_dir = tmp_path / "run"
+    master, tty = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "her_agents.cli", "fetch_reach_ddpg",
+                             "train.total_env_steps=20000", "train.eval_every=100", f"log.run_dir={run_dir}", *TINY],
+                            stdout=tty, stderr=tty, env=_env(WANDB_MODE="disabled"))
+    os.close(tty)
+    try:
+        _wait_for(run_dir / "checkpoint.pt", proc)
+        time.sleep(0.3)  # mid-way between two evaluations
+        proc.send_signal(signal.SIGHUP)  # the kernel's hangup: the signal, then writes to the terminal fail
+        os.close(master)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 129
+    steps = load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"]
+    assert steps % 100  # the stop's own checkpoint, not an evaluation's
+    proc2 = _cli(["--resume", str(run_dir), f"train.total_env_steps={steps + 100}"], _env(WANDB_MODE="disabled"))
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+
+
+@pytest.mark.parametrize("lr", ["1e6", "1e30"])
+def test_diverging_networks_stop_the_run_in_one_line_and_keep_the_last_good_checkpoint(tmp_path, capsys, lr):
+    """Learning rates far too large: the first non-finite loss or action stops the run with one line naming
+    the keys to lower (it trained on with NaN actions, or stopped on one without saying why)."""
+    import her_agents.cli as cli
+
+    run_dir = tmp_path / "run"
+    code = cli.train_main(["fetch_reach_ddpg", "train.total_env_steps=3000", "train.eval_every=100",
+                           f"log.run_dir={run_dir}", "log.wandb.mode=disabled", f"agent.actor_lr={lr}",
+                           f"agent.critic_lr={lr}", *TINY, "train.learning_starts=150"])  # a checkpoint first
+    err = capsys.readouterr().err
+    assert code == 1, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("her-train: error: the networks diverged (")
+    assert f"lower agent.actor_lr, agent.critic_lr (now {float(lr):g}, {float(lr):g}) and start a new run" in line
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["counters"]["env_steps"] >= 100
+    assert f"the last checkpoint ({state['counters']['env_steps']} env steps) is kept in {run_dir}" in line
+    tensors = [t for net in state["agent"].values() if isinstance(net, dict) for t in net.values()
+               if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    assert tensors and all(bool(torch.isfinite(t).all()) for t in tensors)
