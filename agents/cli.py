@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, cli_entry, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -147,6 +147,7 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+@cli_entry("her-train")
 def train_main(argv: list[str] | None = None) -> int:
     parser = train_parser()
     args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
@@ -237,6 +238,7 @@ def _record_video(agent, env_id: str, args: argparse.Namespace) -> int:
     return 0
 
 
+@cli_entry("her-eval")
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)

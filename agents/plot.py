@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, cli_entry, print_to_pipe
 
 __all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
@@ -437,6 +437,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                          f"({', '.join(sorted(kinds))}), got {'.' + suffix if suffix else 'no suffix'}")
 
 
+@cli_entry("her-plot")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     groups, rest = _split_labels(parser, list(sys.argv[1:] if argv is None else argv))

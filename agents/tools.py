@@ -5,11 +5,32 @@ command line of a checkpoint analysis. The tools import these from here, not fro
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["OneLineErrorParser", "checkpoint_analysis", "print_to_pipe"]
+__all__ = ["OneLineErrorParser", "checkpoint_analysis", "cli_entry", "print_to_pipe"]
+
+
+def cli_entry(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorate a command's ``main(argv=None) -> int``: a Ctrl-C anywhere in it that nothing inside handles
+    (importing torch, loading a checkpoint, evaluating) ends it with the one line ``<prog>: interrupted`` on
+    stderr and exit status 130, not a ``KeyboardInterrupt`` traceback."""
+    def decorate(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapper(*args: Any, **kwargs: Any) -> int:
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                try:
+                    print(f"{prog}: interrupted", file=sys.stderr)
+                except OSError:
+                    pass
+                return 130
+        return wrapper
+    return decorate
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

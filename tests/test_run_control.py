@@ -591,3 +591,36 @@ def test_diverging_networks_stop_the_run_in_one_line_and_keep_the_last_good_chec
     tensors = [t for net in state["agent"].values() if isinstance(net, dict) for t in net.values()
                if isinstance(t, torch.Tensor) and t.is_floating_point()]
     assert tensors and all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def _interrupt_after(args: list[str], seconds: float, env: dict) -> tuple[int, str]:
+    """Run ``python <args>`` with a default SIGINT disposition, Ctrl-C it after ``seconds``; (rc, output)."""
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(seconds)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("seconds", [0.8, 2.5])
+def test_ctrl_c_while_her_train_imports_is_one_line(tmp_path, seconds):
+    """Ctrl-C in the first seconds (torch importing, the config loading): one line, 130 (was a traceback)."""
+    code, out = _interrupt_after(["-m", "her_agents.cli", "fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}", *TINY],
+                                 seconds, _env(WANDB_MODE="disabled"))
+    assert code == 130, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith("her-train: interrupted") and "Traceback" not in out, out[-3000:]
+
+
+def test_ctrl_c_during_her_eval_is_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    train(_small_cfg(run_dir, "train.total_env_steps=100", mode="disabled"))
+    code, out = _interrupt_after(["-c", "import sys; from her_agents.cli import eval_main; sys.exit(eval_main())",
+                                  str(run_dir), "--episodes", "100000"], 8,
+                                 _env(WANDB_MODE="disabled"))
+    assert code == 130, out[-3000:]
+    assert out.strip() == "her-eval: interrupted", out[-3000:]
