@@ -28,7 +28,9 @@ def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False
         from .dist.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
+    from .run.run_control import launch_int
+
+    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
         from .loop.train import train
 
         return train(cfg, resume, overwrite)
@@ -112,7 +114,7 @@ def _last_checkpoint_hint(cfg: Config, args: argparse.Namespace) -> str:
 def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     """Run the training; the exit status, with one line on stderr for what stopped it early."""
     from .loop.collect import NetworksDiverged
-    from .run.run_control import RunFailed, TrainingStopped
+    from .run.run_control import LaunchError, RunFailed, TrainingStopped
     from her_envs import EnvWorkerDied
 
     try:
@@ -126,6 +128,9 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     except (EnvWorkerDied, NetworksDiverged) as exc:  # the same outside the plain loop (the actor-learner)
         print(f"her-train: error: {exc}", file=sys.stderr)
         return 1
+    except LaunchError as exc:  # torchrun's variables, dist.backend, a process group that does not form
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
         print("her-train: interrupted" + _last_checkpoint_hint(cfg, args), file=sys.stderr)
         return 130

@@ -22,11 +22,34 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["LOCK_FILE", "GracefulStop", "RunDirInUse", "RunDirLock", "RunFailed", "TrainingStopped", "prepare_run_dir"]
+__all__ = ["LOCK_FILE", "GracefulStop", "LaunchError", "RunDirInUse", "RunDirLock", "RunFailed", "TrainingStopped",
+           "launch_int", "prepare_run_dir"]
 
 LOCK_FILE = ".lock"
 SIGNAL_STATUS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "terminated"}
 """The signals that stop a run cleanly, and the W&B run status of each (SIGHUP: the terminal was closed)."""
+
+
+class LaunchError(RuntimeError):
+    """The process was launched in a way a run cannot start from: torchrun's variables missing or malformed, a
+    ``dist.backend`` this machine lacks, a process group that does not form. The message says what to change."""
+
+
+def launch_int(name: str, default: int) -> int:
+    """The integer environment variable ``name`` (set by torchrun: ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``);
+    ``default`` when unset or empty.
+
+    Raises:
+        LaunchError: the variable is not a whole number.
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"the environment variable {name} must be a whole number (torchrun sets it), got "
+                          f"{value!r}: unset it for a single process") from None
 
 
 class RunDirInUse(ValueError):
