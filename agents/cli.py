@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, cli_entry, print_to_pipe
+from .tools import OneLineErrorParser, allocation_failure, cli_entry, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -141,6 +141,13 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
         what = str(exc).split(" and data type")[0]  # numpy appends the whole structured dtype
         print(f"her-train: error: out of memory ({what}); lower replay.capacity (now {cfg.replay.capacity})",
               file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # torch's allocator during the updates (a batch too large for the device)
+        asked = allocation_failure(exc)
+        if asked is None:
+            raise
+        print(f"her-train: error: out of memory: torch asked for {asked}; lower train.batch_size (now "
+              f"{cfg.train.batch_size}) or agent.hidden (now {list(cfg.agent.hidden)})", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
         print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "

@@ -46,6 +46,7 @@ from ..run.checkpoint import (
 )
 from ..run.logger import NullLogger, RunLogger
 from ..run.run_control import GracefulStop, RunDirLock, RunFailed, TrainingStopped, prepare_run_dir
+from ..tools import allocation_failure
 from .collect import (
     NetworksDiverged,
     check_finite_actions,
@@ -118,7 +119,7 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
 
     Raises:
         ValueError: an option the agent refuses, a ``q_clip`` that excludes the env's rewards, a device the
-            machine does not have.
+            machine does not have, networks (``agent.hidden``) too large for its memory.
     """
     configured = {} if "q_clip" in cfg.agent_unset else {"configured": cfg.agent.q_clip}
     q_clip = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
@@ -128,8 +129,15 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     config = agent_config(cfg, seed=cfg.train.seed if seed is None else seed, q_clip=q_clip, **derived)
     device = cfg.train.device if device is None else device
     check_device(device)
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config, device=device,
-                       n_threads=cfg.train.torch_threads)
+    try:
+        agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config,
+                           device=device, n_threads=cfg.train.torch_threads)
+    except (RuntimeError, MemoryError) as exc:
+        asked = allocation_failure(exc)
+        if asked is None:
+            raise
+        raise ValueError(f"agent.hidden={list(cfg.agent.hidden)}: the networks do not fit in memory (torch asked "
+                         f"for {asked} at once for one layer): use smaller layers") from None
     return agent, (None if configured else spec.reward_range)
 
 
