@@ -169,7 +169,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
     from .config import config_yaml, load_config
     from .run.logger import check_wandb_env
-    from .run.video import check_gl_backend
+    from .run.video import prepare_gl
 
     try:
         cfg = _resumed_config(args) if args.resume else load_config(args.config or DEFAULT_CONFIG, args.overrides)
@@ -177,7 +177,7 @@ def train_main(argv: list[str] | None = None) -> int:
             return 0
         if args.print_config:
             return print_to_pipe(config_yaml(cfg))
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
+        prepare_gl(video=cfg.log.video_every > 0)  # before `import mujoco`, which loads MUJOCO_GL's library
         check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
     except (ValueError, FileNotFoundError, RuntimeError) as exc:  # one line, no usage text: the message says
         print(f"her-train: error: {exc}", file=sys.stderr)  # what to fix
@@ -212,7 +212,7 @@ def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     from .config import check_device
     from .run.checkpoint import check_writable
-    from .run.video import check_gl_backend, default_headless_gl
+    from .run.video import prepare_gl
 
     try:
         check_device(args.device, "--device")
@@ -223,9 +223,8 @@ def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             check_writable(args.video)  # before the evaluation, which the video would otherwise only follow
         except OSError as exc:
             return f"--video {args.video}: cannot write {exc.filename} ({exc.strerror})"
-        default_headless_gl()  # before MuJoCo loads
     try:
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco` itself, video or not
+        prepare_gl(video=bool(args.video))  # before `import mujoco`, which loads MUJOCO_GL's library
     except RuntimeError as exc:
         return str(exc)
     return None
