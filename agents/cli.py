@@ -149,6 +149,15 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
         print(f"her-train: error: out of memory: torch asked for {asked}; lower train.batch_size (now "
               f"{cfg.train.batch_size}) or agent.hidden (now {list(cfg.agent.hidden)})", file=sys.stderr)
         return 2
+    except BrokenPipeError as exc:
+        if exc.filename:
+            raise
+        # stdout's reader ended (`her-train ... | head`): nothing more can be shown there
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        print("her-train: error: the program reading its output ended (a closed pipe), so the run stopped"
+              + _last_checkpoint_hint(cfg, args).replace(" before its own checkpoint", "")
+              + "; send the output to a file instead (`her-train ... > train.log`)", file=sys.stderr)
+        return 1
     except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
         print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "
               f"{exc.strerror or exc}{_after_write_error(exc)}", file=sys.stderr)

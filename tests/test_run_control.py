@@ -624,3 +624,22 @@ def test_ctrl_c_during_her_eval_is_one_line(tmp_path):
                                  _env(WANDB_MODE="disabled"))
     assert code == 130, out[-3000:]
     assert out.strip() == "her-eval: interrupted", out[-3000:]
+
+
+def test_a_closed_output_pipe_is_one_line_not_a_run_directory_error(tmp_path):
+    """``her-train ... | head -1``: the reader ends, the next row cannot be printed; the line says so (it said
+    "cannot write to the run directory: Broken pipe", and Python added an ignored-exception traceback)."""
+    proc = subprocess.Popen([sys.executable, "-m", "her_agents.cli", "fetch_reach_ddpg", "train.total_env_steps=400",
+                             "train.eval_every=100", f"log.run_dir={tmp_path / 'run'}", *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(WANDB_MODE="disabled"))
+    try:
+        assert proc.stdout.readline().startswith("her-train: new run")
+        proc.stdout.close()  # `head -1` exits
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert err.startswith("her-train: error: the program reading its output ended (a closed pipe), so the run "
+                          "stopped") and len(err.strip().splitlines()) == 1, err
