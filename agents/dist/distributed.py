@@ -192,6 +192,11 @@ class DataParallelAgent:
     def num_updates(self) -> int:
         return self.agent.num_updates
 
+    @property
+    def config(self) -> Any:
+        """The wrapped agent's config (the loop reads ``q_clip`` from it to notice diverged networks)."""
+        return getattr(self.agent, "config", None)
+
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         return self.agent.act(observation, desired_goal, deterministic)
 
