@@ -12,7 +12,7 @@ Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, r
   ``train.warmup_steps / n_actors`` steps of each actor use uniform random actions.
 - **The learner** owns the replay (HER relabeling; prioritized and n-step when configured), the agent, the
   evaluation, the log (stdout, ``metrics.csv``, W&B) and the checkpoints. The RPC target
-  :func:`_rpc_add_episode` puts an episode in a queue; the learner thread drains it between updates and calls
+  ``_rpc_add_episode`` puts an episode in a queue; the learner thread drains it between updates and calls
   ``storage.add_episode`` (a prioritized sampler gives the new transitions the maximum priority on add) and
   updates the normalizers with relabeled samples of the episode, like the single-process loop. Keeping every
   storage/sampler call on the learner thread avoids locking the numpy structures. It does

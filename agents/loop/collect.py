@@ -35,7 +35,7 @@ class NetworksDiverged(FloatingPointError):
 
 
 def check_finite_actions(agent: Agent, action: np.ndarray) -> np.ndarray:
-    """``action`` itself; raises :class:`NetworksDiverged` when an entry is NaN or infinite."""
+    """``action`` itself; raises ``NetworksDiverged`` when an entry is NaN or infinite."""
     if not np.isfinite(action).all():
         raise NetworksDiverged("the policy's action is " + ("nan" if np.isnan(action).any() else "inf"),
                                int(agent.num_updates))
@@ -80,7 +80,7 @@ def learn_step(agent: Agent, replay: her.HerReplayBuffer, batch_size: int, metri
 
     Raises:
         NetworksDiverged: a metric (a loss, ``q_mean``...) is NaN or infinite, or ``q_mean`` lies
-            :data:`DIVERGED_Q_FACTOR` times farther from zero than the returns' range ``agent.config.q_clip``
+            ``DIVERGED_Q_FACTOR`` times farther from zero than the returns' range ``agent.config.q_clip``
             allows; checked on the values read back anyway, before the TD errors reach the sampler.
     """
     batch = replay.sample(batch_size)
@@ -117,7 +117,8 @@ def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int
 def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: gym.vector.VectorEnv,
                            obs: dict[str, np.ndarray], starting: np.ndarray, share: float,
                            goals: her.MinDensityGoals, rng: np.random.Generator) -> np.ndarray:
-    """Give a behaviour goal (``goals.select``, the agent's :meth:`value` as its cutoff) to each env of bool mask
+    """Give a behaviour goal (``goals.select``, the agent's [`value`][her_agents.algos.base.Agent.value] as
+    its cutoff) to each env of bool mask
     ``starting [n_envs]`` (its episode just began at ``obs``) with probability ``share`` (all of their env goals go
     to ``goals.observe_desired`` first): the env pursues it
     (``her_envs.BehaviourGoal``) and ``obs["desired_goal"]`` is updated in place. Returns the bool mask

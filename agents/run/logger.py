@@ -66,7 +66,7 @@ def wandb_mode(configured: str) -> str:
     """The W&B mode to use: ``WANDB_MODE`` if set, else the config's; ``auto`` -> online/offline by API key.
 
     Raises:
-        ValueError: a ``WANDB_MODE`` that W&B refuses (:func:`check_wandb_env`).
+        ValueError: a ``WANDB_MODE`` that W&B refuses (``check_wandb_env``).
     """
     check_wandb_env()
     mode = os.environ.get("WANDB_MODE") or configured
@@ -92,7 +92,7 @@ def _first_line(exc: BaseException) -> str:
 class _InheritedService:
     """The W&B service token (``WANDB_SERVICE``) this process inherited from a parent process (a test runner, a
     notebook that used W&B). While that service is gone every ``wandb.init`` fails until its deadline;
-    :meth:`drop` forgets the token once, so that the next init starts this process's own service."""
+    ``drop`` forgets the token once, so that the next init starts this process's own service."""
 
     def __init__(self) -> None:
         self.token = os.environ.get("WANDB_SERVICE")
@@ -113,10 +113,12 @@ class _InheritedService:
 class RunLogger:
     """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.).
 
-    W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
+    W&B gets a row only once it is safe: after the checkpoint that covers it
+    ([`checkpointed`][her_agents.run.logger.RunLogger.checkpointed]), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
     ``metrics.csv`` rows its W&B run lacks (read from the local transaction logs, see
-    :mod:`her_agents.run.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
+    ``her_agents.run.wandb_history``), so after any stop and ``--resume`` W&B holds every row once, in step
+    order.
     """
 
     def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,

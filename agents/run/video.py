@@ -70,12 +70,12 @@ def prepare_gl(video: bool) -> None:
     libraries load only for a video.
 
     Without ``video``: a backend whose library is missing is switched off (``MUJOCO_GL=disable``), so that a
-    run that renders nothing does not need it. With ``video``: a headless default (:func:`default_headless_gl`),
+    run that renders nothing does not need it. With ``video``: a headless default (``default_headless_gl``),
     then the backend's library must load, and MuJoCo with it (a backend that loads but cannot render, e.g.
     glfw without a display, is reported where the video is made).
 
     Raises:
-        RuntimeError: an unknown ``MUJOCO_GL`` (:func:`check_gl_backend`); with ``video``, a backend library
+        RuntimeError: an unknown ``MUJOCO_GL`` (``check_gl_backend``); with ``video``, a backend library
             that is missing or that MuJoCo cannot load (the message says what to install).
     """
     check_gl_backend()
