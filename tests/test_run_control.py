@@ -612,7 +612,9 @@ def test_ctrl_c_while_her_train_imports_is_one_line(tmp_path, seconds):
     """Ctrl-C in the first seconds (torch importing, the config loading): one line, 130 (was a traceback)."""
     code, out = _interrupt_after(["-m", "her_agents.cli", "fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}", *TINY],
                                  seconds, _env(WANDB_MODE="disabled"))
-    assert code == 130, out[-3000:]
+    # 130, or death by SIGINT after the line (a shell shows 130 for both): seen once under load, when the
+    # interrupt landed inside torch's import; the interpreter, not her-train, then re-raised SIGINT at exit
+    assert code in (130, -signal.SIGINT), out[-3000:]
     assert out.strip().splitlines()[-1].startswith("her-train: interrupted") and "Traceback" not in out, out[-3000:]
 
 
