@@ -8,7 +8,7 @@ The package face, for a script or a notebook::
 
 The wings behind it: :mod:`her_agents.algos` (the ``Agent`` protocol, one file per algorithm, the registry),
 :mod:`her_agents.loop` (the training loop and collection), :mod:`her_agents.run` (run directory, checkpoints,
-logging, video), :mod:`her_agents.dist` (data-parallel and actor-learner training under torchrun), and
+logging, video), :mod:`her_agents.distributed` (data-parallel and actor-learner training under torchrun), and
 :mod:`her_agents.config` (the typed config). The names below load on first use, so that ``import her_agents``
 (and the command-line tools) stays light.
 """

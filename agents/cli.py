@@ -23,16 +23,16 @@ DEFAULT_CONFIG = "fetch_push_sac"
 def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
-    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.dist`."""
+    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.distributed`."""
     if cfg.dist.mode == "actor_learner":
-        from .dist.actor_learner import train_actor_learner
+        from .distributed.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:  # as her_agents.distributed.data_parallel.rendezvous_env reads it
         from .loop.train import train
 
         return train(cfg, resume, overwrite)
-    from .dist.distributed import train_data_parallel
+    from .distributed.data_parallel import train_data_parallel
 
     return train_data_parallel(cfg, resume, overwrite)
 

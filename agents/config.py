@@ -266,8 +266,8 @@ class DistConfig:
     """Multi-process training under ``torchrun`` (ignored in a plain single-process run)."""
 
     mode: DistMode = "data_parallel"
-    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/dist/distributed.py``).
-    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/dist/actor_learner.py``)."""
+    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/distributed/data_parallel.py``).
+    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/distributed/actor_learner.py``)."""
     backend: DistBackend = "auto"
     """Collective backend of data_parallel: auto (nccl with CUDA, else gloo) | gloo | nccl."""
     weight_sync_every: int = 50

@@ -15,7 +15,7 @@ import pytest
 
 from her_agents.cli import train_main
 from her_agents.config import load_config
-from her_agents.dist.distributed import init_distributed, rendezvous_env
+from her_agents.distributed.data_parallel import init_distributed, rendezvous_env
 from her_agents.run.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -175,7 +175,7 @@ def test_process_group_that_cannot_form_times_out_with_a_clear_error():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    code = "from her_agents.dist.distributed import init_distributed; init_distributed('gloo', timeout_s=3)"
+    code = "from her_agents.distributed.data_parallel import init_distributed; init_distributed('gloo', timeout_s=3)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
                           cwd=ROOT, check=False)
     assert proc.returncode != 0
@@ -188,7 +188,7 @@ def test_a_single_process_never_enters_the_distributed_code(monkeypatch):
 
 
 def test_actor_learner_needs_two_processes(monkeypatch):
-    from her_agents.dist.actor_learner import train_actor_learner
+    from her_agents.distributed.actor_learner import train_actor_learner
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ValueError, match="at least 2 processes"):

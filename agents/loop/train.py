@@ -3,9 +3,9 @@
 ``train(cfg)`` is :func:`start_run` (set-up, resume) and then a loop of named steps: per env step
 :func:`collect` (act -> step -> store) and :func:`learn` (the due updates); every ``train.eval_every`` env steps
 :func:`evaluate_and_checkpoint` (log to stdout, metrics.csv, W&B; checkpoint atomically). It runs in one
-process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
+process; ``her_agents.distributed.data_parallel`` runs it data-parallel under torchrun through :class:`LoopHooks`.
 
-The loop's pieces are public, and the Ape-X learner (``her_agents.dist.actor_learner``) is built from them:
+The loop's pieces are public, and the Ape-X learner (``her_agents.distributed.actor_learner``) is built from them:
 :func:`build_agent` / :func:`build_replay`, :func:`open_run_dir`, :class:`UpdateSchedule` (how many updates
 are due), :class:`EvalLog` (evaluate and log a row), :class:`TrainingState` with :func:`save_training_state`
 (what a checkpoint holds, and writing it).
@@ -270,7 +270,7 @@ def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int
 class LoopHooks:
     """Where a multi-process wrapper plugs into :func:`train`; these defaults are the single process's.
 
-    ``her_agents.dist.distributed.DistContext`` subclasses it for data-parallel training. The loop calls
+    ``her_agents.distributed.data_parallel.DistContext`` subclasses it for data-parallel training. The loop calls
     :meth:`should_stop` once per env step and :meth:`before_updates` once per block of updates; the others at
     set-up, evaluations and checkpoints.
     """
@@ -501,7 +501,7 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
-        hooks: a multi-process wrapper's hooks (``her_agents.dist.distributed``); default: one process.
+        hooks: a multi-process wrapper's hooks (``her_agents.distributed.data_parallel``); default: one process.
 
     Returns:
         TrainResult: run directory, env steps, the last eval success rate and the evaluation rows.

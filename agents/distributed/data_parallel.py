@@ -11,7 +11,7 @@ Launch (one machine, 2 processes)::
 Every rank runs the plain loop (``her_agents.loop.train.train``) with a :class:`DistContext` as its
 :class:`~her_agents.loop.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent.
 A one-process run never enters this code, and the context reaches the other ranks only through the few
-operations of :class:`~her_agents.dist.collective.Collective`:
+operations of :class:`~her_agents.distributed.collective.Collective`:
 
 - :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
   GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved

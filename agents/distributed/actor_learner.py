@@ -58,7 +58,7 @@ from ..loop import (EvalLog, LoopHooks, TrainingState, TrainResult, UpdateSchedu
                     choose_action, collect_step, learn_step, normalize_from_episode)
 from ..loop.train import new_counters, open_run_dir, save_training_state, seed_everything
 from ..run.logger import RunLogger
-from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
+from .data_parallel import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
 
 __all__ = ["train_actor_learner"]

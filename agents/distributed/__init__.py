@@ -3,6 +3,6 @@ its own envs and replay, gradients all-reduced) and actor-learner (``actor_learn
 learner over RPC)."""
 
 from .actor_learner import train_actor_learner
-from .distributed import DataParallelAgent, DistContext, train_data_parallel
+from .data_parallel import DataParallelAgent, DistContext, train_data_parallel
 
 __all__ = ["DataParallelAgent", "DistContext", "train_actor_learner", "train_data_parallel"]
