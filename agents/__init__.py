@@ -19,7 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .algos.base import Agent, AgentConfig
+    from .algos.base import Agent
+    from .algos.configs import AgentConfig
     from .algos.registry import agent_from_checkpoint, make_agent
     from .config import Config, load_config
     from .loop.train import TrainResult, evaluate, train
@@ -40,7 +41,7 @@ __all__ = [
 
 _WHERE = {
     "Agent": ".algos.base",
-    "AgentConfig": ".algos.base",
+    "AgentConfig": ".algos.configs",
     "Config": ".config",
     "TrainResult": ".loop.train",
     "agent_from_checkpoint": ".algos.registry",

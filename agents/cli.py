@@ -147,15 +147,16 @@ def train_main(argv: list[str] | None = None) -> int:
         args.config = None
 
     from .config import config_yaml, load_config
-    from .run.logger import check_wandb_env
-    from .run.video import check_gl_backend
 
     try:
         cfg = _resumed_config(args) if args.resume else load_config(args.config or DEFAULT_CONFIG, args.overrides)
         if cfg is None:
             return 0
-        if args.print_config:
+        if args.print_config:  # torch-free (but for --resume, which reads the checkpoint)
             return print_to_pipe(config_yaml(cfg))
+        from .run.logger import check_wandb_env
+        from .run.video import check_gl_backend
+
         check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
         check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
     except (ValueError, FileNotFoundError, RuntimeError) as exc:  # one line, no usage text: the message says

@@ -33,6 +33,7 @@ recomputed for relabeled goals.
 Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
+from ._util import ParameterError
 from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
 from .goals import MinDensityGoals, ValueFn
 from .relabel import (
@@ -68,6 +69,7 @@ __all__ = [
     "NStepReturn",
     "NoRelabel",
     "OneStepReturn",
+    "ParameterError",
     "PrioritizedSampler",
     "RelabelStrategy",
     "Relabeler",
