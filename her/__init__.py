@@ -34,7 +34,7 @@ Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
 from ._util import ParameterError
-from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
+from .buffer import Batch, HerReplayBuffer, check_compute_reward
 from .goals import MinDensityGoals, ValueFn
 from .relabel import (
     EpisodeGoals,
@@ -84,7 +84,6 @@ __all__ = [
     "check_compute_reward",
     "make_relabeler",
     "make_returns",
-    "resolve_pieces",
     "storage_from_env",
     "trajectory_energy",
 ]
