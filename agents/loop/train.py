@@ -416,7 +416,7 @@ class TrainingState:
     (:meth:`own`): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
     the start of their current episodes and the eval envs' RNGs, the replay's schedules, the pending updates,
     the evaluation window and the hooks' state; the replay storage goes in a file of its own.
-    ``rng`` and ``env`` are None in a process without training envs (the Ape-X learner).
+    ``env`` is None in a process without training envs (the Ape-X learner: ``LoopHooks.steps_envs`` False).
     """
 
     agent: Agent

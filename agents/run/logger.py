@@ -6,9 +6,12 @@ online init that fails (bad key, no network, no answer within ``log.wandb.init_t
 offline with one warning line, and the final upload waits at most ``log.wandb.finish_timeout_s``.
 ``WANDB_MODE`` in the environment wins over the config.
 
-What W&B was sent is the run's own record: ``<run_dir>/wandb_sent.json`` holds the W&B run id and the
+What W&B was sent is also the run's own record: ``<run_dir>/wandb_sent.json`` holds the W&B run id and the
 ``env_steps`` of the last evaluation row handed to it (rows go in step order), rewritten atomically after each
-send. A resumed run reads it, not W&B's files, to log the rows its W&B run lacks.
+send. A resumed run logs the rows its W&B run lacks: those missing from W&B's local logs where they can be read
+(:mod:`her_agents.run.wandb_history`: W&B holds logged rows in memory for a while, so after a kill only its
+files say what it kept), else (a wandb without ``wandb.proto``, a format it cannot parse) those after the last
+row the record says was sent.
 """
 
 from __future__ import annotations
@@ -123,8 +126,8 @@ class RunLogger:
 
     W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
-    ``metrics.csv`` rows its W&B run lacks (those after the last one :data:`SENT_FILE` records for that run), so
-    after any stop and ``--resume`` W&B holds every row once, in step order.
+    ``metrics.csv`` rows its W&B run lacks (read from its local logs, else from the run's record :data:`SENT_FILE`),
+    so after any stop and ``--resume`` W&B holds every row once, in step order.
     """
 
     def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,
@@ -235,10 +238,18 @@ class RunLogger:
                 time.sleep(1.0)
 
     def _relog_missing(self, rows: list[dict[str, Any]]) -> None:
-        """Log the kept ``metrics.csv`` rows this W&B run was not sent (a stop between a checkpoint and its W&B
-        row), in step order, before any new row."""
-        last = last_sent_step(self.run_dir, self.run.id)
-        missing = [r for r in rows if int(float(r["env_steps"])) > last]
+        """Log the kept ``metrics.csv`` rows this W&B run lacks (a stop between a checkpoint and its W&B row, or a
+        kill before W&B wrote what it was sent), in step order, before any new row."""
+        try:
+            from .wandb_history import logged_env_steps
+
+            have = logged_env_steps(self.run_dir / "wandb", self.run.id)
+            missing = [r for r in rows if int(float(r["env_steps"])) not in have]
+        except Exception as exc:  # W&B's private log format unreadable (ImportError of wandb.proto, a new format)
+            last = last_sent_step(self.run_dir, self.run.id)
+            missing = [r for r in rows if int(float(r["env_steps"])) > last]
+            tqdm.write(f"W&B: cannot read its local logs ({_first_line(exc)}); logging the rows after the last one "
+                       f"{self.run_dir / SENT_FILE} records as sent")
         for r in missing:
             self.run.log(_typed_row(r))
         if missing:
