@@ -1,4 +1,5 @@
-"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT``."""
+"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT`` (also ``pretrained:NAME``, a
+shipped policy, and ``--list-pretrained``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -23,7 +24,7 @@ DEFAULT_CONFIG = "fetch_push_sac"
 def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
-    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.distributed`."""
+    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering [`her_agents.distributed`][]."""
     if cfg.dist.mode == "actor_learner":
         from .distributed.actor_learner import train_actor_learner
 
@@ -54,6 +55,7 @@ def train_parser() -> argparse.ArgumentParser:
                         "another run (its files are replaced as the new run writes its own; default: refuse)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit "
                         "(default: train)")
+    add_version_option(parser)
     return parser
 
 
@@ -168,7 +170,9 @@ def train_main(argv: list[str] | None = None) -> int:
 def eval_parser() -> argparse.ArgumentParser:
     """The ``her-eval`` argument parser (every option's help gives its default)."""
     parser = OneLineErrorParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
-    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
+    parser.add_argument("checkpoint", nargs="?", help="checkpoint.pt, a run directory, a her-export directory "
+                        "or pretrained:NAME, a policy shipped with the package (see --list-pretrained)")
+    parser.add_argument("--list-pretrained", action="store_true", help="list the shipped policies' names and exit")
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of the evaluation envs and of the video episodes (default: %(default)s)")
@@ -177,6 +181,7 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--video-episodes", type=int, default=2,
                         help="episodes in the video (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of the policy (default: %(default)s)")
+    add_version_option(parser)
     return parser
 
 
@@ -230,13 +235,63 @@ def _record_video(agent, env_id: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_policy_file(target: str) -> bool:
+    """Whether ``her-eval`` takes ``target`` as a policy (``pretrained:NAME``, a ``her-export`` directory or model
+    file) rather than a checkpoint or run directory."""
+    from .run.policy_file import MODEL_FILES, read_policy_file
+
+    if target.startswith("pretrained:") or target.endswith(".safetensors"):
+        return True
+    if os.path.isdir(target):
+        return not os.path.isfile(os.path.join(target, "checkpoint.pt")) and any(
+            os.path.isfile(os.path.join(target, m)) for m in MODEL_FILES)
+    if os.path.basename(target) == "model.pt" and os.path.isfile(target):
+        try:  # a checkpoint may be named model.pt too
+            read_policy_file(target)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _eval_policy_file(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``her-eval`` of a shipped policy (``pretrained:NAME``) or of a ``her-export`` file or directory."""
+    from .loop.train import evaluate
+    from .pretrained import PREFIX, load_pretrained
+    from .run.policy_file import load_policy
+    from her_envs import make_vector_env
+
+    try:
+        if args.checkpoint.startswith(PREFIX):
+            policy = load_pretrained(args.checkpoint, device=args.device)
+        else:
+            policy = load_policy(args.checkpoint, device=args.device)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(str(exc))
+    env = make_vector_env(policy.env_id, min(args.episodes, 10), "sync", seed=args.seed)
+    ev = evaluate(policy.agent, env, args.episodes)
+    env.close()
+    print(f"{policy.env_id} {policy.algo} ({args.checkpoint}, {policy.metadata['dtype']}): success rate "
+          f"{ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
+          f"mean final distance {ev['final_distance']:.4f}")
+    return _record_video(policy.agent, policy.env_id, args) if args.video else 0
+
+
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)
+    if args.list_pretrained:
+        from .pretrained import names
+
+        return print_to_pipe("\n".join(names()))
+    if args.checkpoint is None:
+        parser.error("give a checkpoint, a run directory or pretrained:NAME (--list-pretrained lists the names)")
     problem = _check_eval_args(parser, args)
     if problem:
         print(f"her-eval: error: {problem}", file=sys.stderr)
         return 2
+    if _is_policy_file(args.checkpoint):
+        return _eval_policy_file(parser, args)
 
     import torch
 
@@ -255,10 +310,10 @@ def eval_main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
     try:
         agent = agent_from_checkpoint(state, device=args.device)
-    except RuntimeError as exc:  # e.g. MuJoCo's own GL set-up at import
+        env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
+    except (RuntimeError, ValueError, TypeError) as exc:  # MuJoCo's GL set-up at import; an env module not found
         print(f"her-eval: error: cannot build {cfg['env']['id']}: {exc}", file=sys.stderr)
         return 2
-    env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
     ev = evaluate(agent, env, args.episodes)
     env.close()
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "

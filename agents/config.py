@@ -4,17 +4,20 @@ overrides, merged with OmegaConf. Unknown keys are refused with the list of vali
 Who checks what, once:
 
 - types and choices (``Literal`` fields): OmegaConf while merging the layers (naming the key and what the user
-  wrote), then each section's ``__post_init__`` (:func:`her_agents.fields.check_types`, which also covers a
+  wrote), then each section's ``__post_init__`` (``her_agents.fields.check_types``, which also covers a
   section built directly);
 - ranges: each section's ``__post_init__``; the replay values (and ``train.gamma``) are the ``her`` library's, so
-  :func:`check_replay` builds its pieces from them and names the key in its error;
+  [`check_replay`][her_agents.config.check_replay] builds its pieces from them and names the key in its error;
 - the ``agent`` section: the algorithm's config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``), picked
-  by ``algo`` after all layers are merged (:func:`agent_section`), so an ``algo=`` override re-types the section.
+  by ``algo`` after all layers are merged ([`agent_section`][her_agents.config.agent_section]), so an
+  ``algo=`` override re-types the section.
 
-:func:`load_config` and :func:`resume_config` build the merged values into :class:`Config` (which runs those
+[`load_config`][her_agents.config.load_config] and [`resume_config`][her_agents.config.resume_config] build
+the merged values into [`Config`][her_agents.config.Config] (which runs those
 checks) and return it, typed: every section a dataclass, ``agent`` the algorithm's config dataclass. OmegaConf
 is used only to parse and merge the YAML layers and overrides, and to write the resolved config out
-(:func:`config_dict` for checkpoints and W&B, :func:`config_yaml` for ``--print-config`` and ``config.yaml``).
+([`config_dict`][her_agents.config.config_dict] for checkpoints and W&B,
+[`config_yaml`][her_agents.config.config_yaml] for ``--print-config`` and ``config.yaml``).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistC
 
 Vectorization = Literal["sync", "async"]
 Strategy = Literal["future", "final", "episode", "mixed"]
-"""The values of :class:`her.RelabelStrategy`."""
+"""The values of [`her.RelabelStrategy`][]."""
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 DistMode = Literal["data_parallel", "actor_learner"]
 DistBackend = Literal["auto", "gloo", "nccl"]
@@ -67,7 +70,8 @@ DEVICES = ("auto", "cpu", "cuda")
 @dataclass
 class EnvConfig:
     id: str = "FetchPush-v4"
-    """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env."""
+    """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env; ``module.path:EnvId-v0``
+    imports ``module.path`` (from the Python path or the current directory), which registers ``EnvId-v0``."""
     n_envs: int = 1
     """Parallel training envs (gymnasium vector env, >= 1); each env step counts n_envs env steps."""
     vectorization: Vectorization = "sync"
@@ -112,7 +116,8 @@ class EnvConfig:
 @dataclass
 class ReplayConfig:
     """The HER replay (``her.HerReplayBuffer`` and its pieces). The ``her`` library checks the ranges of these
-    values when it builds the replay; :func:`check_replay` runs those checks at load time."""
+    values when it builds the replay; [`check_replay`][her_agents.config.check_replay] runs those checks at
+    load time."""
 
     capacity: int = 1_000_000
     """Transitions kept (>= 1; whole episodes are dropped, oldest first)."""
@@ -153,7 +158,8 @@ class ReplayConfig:
     """An episode is drawn in proportion to ``(energy + energy_eps) ** energy_exponent`` (> 0; the paper's 1)."""
 
     def __post_init__(self) -> None:
-        """Types and choices only (the ranges are ``her``'s, see :func:`check_replay`); ``capacity`` too, which
+        """Types and choices only (the ranges are ``her``'s, see
+        [`check_replay`][her_agents.config.check_replay]); ``capacity`` too, which
         ``her`` checks in its storage, built here without allocating one.
 
         Raises:
@@ -179,7 +185,8 @@ class TrainConfig:
     batch_size: int = 256
     """Transitions per update (in [1, replay.capacity])."""
     gamma: float = 0.98
-    """Discount factor in (0, 1] (checked by ``her``'s returns, see :func:`check_replay`; baselines: 1 - 1/T for
+    """Discount factor in (0, 1] (checked by ``her``'s returns, see
+    [`check_replay`][her_agents.config.check_replay]; baselines: 1 - 1/T for
     T = 50)."""
     eval_every: int = 20_000
     """Evaluate every this many env steps (>= 1; and at the end)."""
@@ -190,7 +197,7 @@ class TrainConfig:
     reproducible."""
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (whether this machine has it is checked when training starts,
-    :func:`check_device`)."""
+    [`check_device`][her_agents.config.check_device])."""
     torch_threads: int = 1
     """torch intra-op threads (>= 1; 1 is fastest on a shared 2-core box)."""
     normalizer_relabeled: bool = True
@@ -289,25 +296,30 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: str = "ddpg"
-    """ddpg | td3 | sac | tqc (the registered algorithms, :data:`her_agents.algos.registry.AGENTS`; case-insensitive)."""
+    """ddpg | td3 | sac | tqc (the registered algorithms, ``her_agents.algos.registry.AGENTS``;
+    case-insensitive)."""
     # a mapping until __post_init__ types it: the empty one is the algorithm's defaults
     agent: AgentConfig = field(default_factory=lambda: cast(AgentConfig, {}))
     """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``,
     ``TQCConfig``): given keys are checked and converted, missing ones get the dataclass's defaults, except
-    :data:`LOOP_OWNED` (refused) and ``q_clip`` and ``noise_horizon``, which stay absent unless set (the loop then
+    ``LOOP_OWNED`` (refused) and ``q_clip`` and ``noise_horizon``, which stay absent unless set (the loop then
     derives them: ``q_clip`` from the env's reward range and ``train.gamma``, ``noise_horizon`` from the env's
     episode length)."""
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     agent_unset: frozenset[str] = field(default=frozenset(), repr=False, metadata={"key": False})
-    """Not a key: the :data:`DERIVED_WHEN_UNSET` fields of ``agent`` that no layer set, which the loop derives
-    (their value in ``agent`` is the dataclass default meanwhile) and which :func:`config_dict` leaves out.
-    Computed when ``agent`` is given as a mapping (as :func:`load_config` does); kept as given with a typed
+    """Not a key: the ``DERIVED_WHEN_UNSET`` fields of ``agent`` that no layer set, which the loop derives
+    (their value in ``agent`` is the dataclass default meanwhile) and which
+    [`config_dict`][her_agents.config.config_dict] leaves out.
+    Computed when ``agent`` is given as a mapping (as [`load_config`][her_agents.config.load_config] does);
+    kept as given with a typed
     ``agent``."""
 
     def __post_init__(self) -> None:
-        """Types the ``agent`` section for ``algo`` when it is a mapping (:func:`agent_section`), runs ``her``'s
-        checks of the replay values (:func:`check_replay`) and the checks across sections.
+        """Types the ``agent`` section for ``algo`` when it is a mapping
+        ([`agent_section`][her_agents.config.agent_section]), runs ``her``'s
+        checks of the replay values ([`check_replay`][her_agents.config.check_replay]) and the checks across
+        sections.
 
         Raises:
             ValueError: one line naming the key: an unknown algo, an ``agent`` key the algorithm does not have
@@ -344,7 +356,7 @@ DERIVED_WHEN_UNSET = ("q_clip", "noise_horizon")
 def agent_section(algo: str, values: Mapping[str, Any]) -> AgentConfig:
     """The ``agent`` section typed by ``algo``'s config dataclass: ``values`` checked and converted (lists of
     sizes become tuples of ints, ints become floats where a float is expected), every other field with its
-    default (:data:`LOOP_OWNED` and unset :data:`DERIVED_WHEN_UNSET` ones too: the loop sets those).
+    default (``LOOP_OWNED`` and unset ``DERIVED_WHEN_UNSET`` ones too: the loop sets those).
 
     Args:
         algo: a registered algorithm name.
@@ -375,7 +387,8 @@ def agent_config(cfg: Config, **fields: Any) -> AgentConfig:
     """``cfg.agent`` (its algorithm's dataclass, e.g. ``DDPGConfig``) with ``fields`` replaced.
 
     Args:
-        cfg: from :func:`load_config` or :func:`resume_config`.
+        cfg: from [`load_config`][her_agents.config.load_config] or
+            [`resume_config`][her_agents.config.resume_config].
         fields: values the loop sets, e.g. ``seed=cfg.train.seed``, ``q_clip=...``; they win over the section.
 
     Raises:
@@ -386,8 +399,9 @@ def agent_config(cfg: Config, **fields: Any) -> AgentConfig:
 
 def config_dict(cfg: Config) -> dict[str, Any]:
     """The resolved config as plain data, key for key what the YAML layers and overrides can set: the
-    ``agent`` section without :data:`LOOP_OWNED` and the unset :data:`DERIVED_WHEN_UNSET` fields. What a
-    checkpoint's ``config`` and the W&B run's config hold, and what :func:`resume_config` reads back."""
+    ``agent`` section without ``LOOP_OWNED`` and the unset ``DERIVED_WHEN_UNSET`` fields. What a
+    checkpoint's ``config`` and the W&B run's config hold, and what
+    [`resume_config`][her_agents.config.resume_config] reads back."""
     drop = set(LOOP_OWNED) | cfg.agent_unset
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
@@ -400,7 +414,8 @@ def config_dict(cfg: Config) -> dict[str, Any]:
 
 
 def config_yaml(cfg: Config) -> str:
-    """:func:`config_dict` as YAML: what ``--print-config`` prints and a run directory's ``config.yaml`` holds."""
+    """[`config_dict`][her_agents.config.config_dict] as YAML: what ``--print-config`` prints and a run
+    directory's ``config.yaml`` holds."""
     return OmegaConf.to_yaml(OmegaConf.create(config_dict(cfg)))
 
 
@@ -479,7 +494,8 @@ def _valid_keys(node: Any, prefix: str = "") -> list[str]:
 
 @functools.cache
 def _layout() -> type:
-    """:class:`Config`'s keys as OmegaConf merges the layers: the sections typed, ``agent`` an open mapping (its
+    """[`Config`][her_agents.config.Config]'s keys as OmegaConf merges the layers: the sections typed,
+    ``agent`` an open mapping (its
     keys depend on ``algo``, known only once every layer is merged)."""
     hints = typing.get_type_hints(Config)
 
@@ -495,7 +511,8 @@ def _layout() -> type:
 
 
 def _field_type(key: str) -> Any:
-    """The annotated type of a dotted key of :class:`Config` (None for unknown keys and ``agent.*``)."""
+    """The annotated type of a dotted key of [`Config`][her_agents.config.Config] (None for unknown keys and
+    ``agent.*``)."""
     cls: Any = _layout()
     hint: Any = None
     for part in key.split("."):
@@ -582,8 +599,9 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults <- YAML file (``defaults:`` entries first) <- ``key=value`` overrides, then built into
-    :class:`Config`, whose sections check their values; the ``agent`` section is typed by the final ``algo``'s
-    config dataclass (see :attr:`Config.agent`).
+    [`Config`][her_agents.config.Config], whose sections check their values; the ``agent`` section is typed by
+    the final ``algo``'s
+    config dataclass (see [`Config.agent`][her_agents.config.Config.agent]).
 
     Raises:
         ValueError: one line naming the key, what was expected and what came: an unknown key (with the list
@@ -602,7 +620,8 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
 
 
 def _checked(cfg: DictConfig) -> Config:
-    """The merged layers built into :class:`Config` (each section's ``__post_init__`` checks its values,
+    """The merged layers built into [`Config`][her_agents.config.Config] (each section's ``__post_init__``
+    checks its values,
     ``Config``'s types the ``agent`` section)."""
     return _build(Config, cast(dict, OmegaConf.to_container(cfg, resolve=True)))
 
@@ -638,14 +657,16 @@ RESUME_FROZEN = ("env.id", "env.n_envs", "algo", "agent.hidden", "agent.layer_no
 
 def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> Config:
     """The config of a resumed run: its saved config (``checkpoint["config"]``) <- ``key=value`` overrides,
-    checked and typed as in :func:`load_config`. A saved ``agent`` section may be partial (run directories of
+    checked and typed as in [`load_config`][her_agents.config.load_config]. A saved ``agent`` section may be
+    partial (run directories of
     earlier versions): the missing fields get the algorithm's defaults.
 
     Overrides may change e.g. ``train.total_env_steps``, ``train.eval_every``, ``train.eval_episodes``,
-    ``env.eval_envs`` and ``log.*``; the keys in :data:`RESUME_FROZEN` and ``log.run_dir`` cannot change.
+    ``env.eval_envs`` and ``log.*``; the keys in ``RESUME_FROZEN`` and ``log.run_dir`` cannot change.
 
     Raises:
-        ValueError: as :func:`load_config`; an override of a frozen key to another value, or of
+        ValueError: as [`load_config`][her_agents.config.load_config]; an override of a frozen key to another
+            value, or of
             ``log.run_dir``.
     """
     _check_overrides(overrides)
@@ -745,7 +766,8 @@ def check_device(device: str, name: str = "train.device") -> None:
     """Refuse a device (the option ``name``) that is not a device name or that this machine does not have.
 
     Raises:
-        ValueError: as :func:`check_device_name`; ``cuda`` / ``cuda:N`` without CUDA or without that GPU.
+        ValueError: as [`check_device_name`][her_agents.config.check_device_name]; ``cuda`` / ``cuda:N``
+            without CUDA or without that GPU.
     """
     import torch
 

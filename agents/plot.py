@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
 __all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
@@ -80,10 +80,10 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
 
 
 def _read_runs(dirs: list[str | Path], metric: str) -> list[dict[str, np.ndarray]]:
-    """:func:`read_metrics` of each run, which must have the column ``metric``.
+    """``read_metrics`` of each run, which must have the column ``metric``.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; a run without ``metric``.
+        FileNotFoundError, ValueError: as ``read_metrics``; a run without ``metric``.
     """
     runs = [read_metrics(d) for d in dirs]
     for d, r in zip(dirs, runs):
@@ -143,7 +143,7 @@ def group_notes(groups: dict[str, list[str | Path]]) -> list[str]:
     env steps (its mean leaves out the evaluations not every run has).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`.
+        FileNotFoundError, ValueError: as ``read_metrics``.
     """
     notes = []
     for label, dirs in groups.items():
@@ -174,7 +174,7 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     the env steps where every run of the group evaluated, with a min-max band.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; a run without ``metric``, a group whose runs
+        FileNotFoundError, ValueError: as ``read_metrics``; a run without ``metric``, a group whose runs
             have no env step in common.
         OSError: ``out`` cannot be written.
     """
@@ -182,7 +182,7 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
 
 
 def _figure(groups: dict[str, list[str | Path]], metric: str, title: str | None) -> Any:
-    """The figure of :func:`plot_curves` (raises as it does, but for the write)."""
+    """The figure of ``plot_curves`` (raises as it does, but for the write)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -281,7 +281,7 @@ def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: 
     it where they all come from one such step ("-" where they come from different steps).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; a group whose runs have no env step in common.
+        FileNotFoundError, ValueError: as ``read_metrics``; a group whose runs have no env step in common.
     """
     def fmt_steps(v: float) -> str:
         return "-" if np.isnan(v) else _steps_label(v)
@@ -365,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--levels", nargs="+", type=float, metavar="L",
                         help="with --table: the metric levels whose first crossing the table gives, in env steps "
                              "(default: 0.5 0.9)")
+    add_version_option(parser)
     return parser
 
 

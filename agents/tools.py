@@ -1,6 +1,6 @@
 """Helpers of the command-line tools (``her-train``, ``her-eval``, ``her-plot`` and the analysis scripts in
 ``scripts/``): an argument parser whose errors are one line, printing into a pipe that may close early, and the
-command line of a checkpoint analysis. The tools import these from here, not from a CLI module."""
+command line of a checkpoint analysis, and the ``--version`` option they share. The tools import these from here, not from a CLI module."""
 
 from __future__ import annotations
 
@@ -9,7 +9,24 @@ import os
 import sys
 from typing import Any, NoReturn
 
-__all__ = ["OneLineErrorParser", "checkpoint_analysis", "print_to_pipe"]
+__all__ = ["OneLineErrorParser", "add_version_option", "checkpoint_analysis", "package_version", "print_to_pipe"]
+
+
+def package_version() -> str:
+    """The installed her-robotics version (``importlib.metadata``; the top entry of ``CHANGELOG.md``), or
+    ``"unknown"`` where the package is not installed (run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("her-robotics")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """``--version``: print ``<prog> <version>`` and exit 0."""
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                        help="print the installed her-robotics version and exit")
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -41,7 +58,7 @@ def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
         episodes: the default of ``--episodes``.
 
     Returns:
-        the parsed arguments, the checkpoint (:func:`her_agents.run.checkpoint.load_checkpoint`) and its agent
+        the parsed arguments, the checkpoint ([`her_agents.run.checkpoint.load_checkpoint`][]) and its agent
         (built uncompiled on the CPU, one torch thread).
 
     Exits (status 2, one error line) on a bad flag, a missing or unreadable checkpoint, or another task's run.

@@ -3,7 +3,8 @@
 Importing this package pulls in gymnasium and numpy only; gymnasium_robotics and MuJoCo load when an env
 that needs them is built.
 
-Modules by concern: ``spec`` (:class:`GoalEnvSpec`, validation and probing of an env), ``make`` (envs built by
+Modules by concern: ``spec`` ([`GoalEnvSpec`][her_envs.GoalEnvSpec], validation and probing of an env),
+``make`` (envs built by
 id), ``wrappers`` (actions in ``[-1, 1]``, copied observations, episode-start wrappers) and ``vector`` (vector
 envs, SAME_STEP autoreset, the sub-envs' RNG states). ``goal_env`` only re-exports them, for old imports.
 """

@@ -1,11 +1,15 @@
 """Vector goal envs: construction, SAME_STEP autoreset undone per step, and the sub-envs' RNG states.
 
 Vector envs use gymnasium's own ``SyncVectorEnv`` / ``AsyncVectorEnv`` in ``AutoresetMode.SAME_STEP``
-(:func:`make_vector_env`): when an episode ends, ``step`` already returns the reset observation, and the real
-last observation is in ``infos["final_obs"]``. :func:`split_autoreset` recovers it, so no transition ever crosses
-a reset; :func:`step_info` does the same for the info entries ``compute_reward`` needs. Their sub-envs keep the
-RNG state their current episode started from (:class:`her_envs.EpisodeStartRNG`), which a checkpoint saves and a
-resume restores (:func:`vector_rng_states`, :func:`set_vector_rng_states`).
+([`make_vector_env`][her_envs.vector.make_vector_env]): when an episode ends, ``step`` already returns the
+reset observation, and the real
+last observation is in ``infos["final_obs"]``. [`split_autoreset`][her_envs.vector.split_autoreset] recovers
+it, so no transition ever crosses
+a reset; [`step_info`][her_envs.vector.step_info] does the same for the info entries ``compute_reward`` needs.
+Their sub-envs keep the
+RNG state their current episode started from ([`her_envs.EpisodeStartRNG`][]), which a checkpoint saves and a
+resume restores ([`vector_rng_states`][her_envs.vector.vector_rng_states],
+[`set_vector_rng_states`][her_envs.vector.set_vector_rng_states]).
 """
 
 from __future__ import annotations
@@ -43,19 +47,25 @@ def make_vector_env(
     ``seed``, sub-env ``i`` is reset with ``seed + i`` and the action spaces are seeded with ``seed``.
     Async workers are forked where the platform can, whatever the global start method (torchrl sets "spawn"),
     so envs registered at run time work in them.
-    Use :func:`split_autoreset` on each step's output to get the real next observations. Each sub-env is
-    wrapped in :class:`EpisodeStartRNG`, and in :class:`GraspedStart` with ``grasped_start`` > 0 (the share of
-    episodes that start with the object in the gripper; for training envs only), in :class:`RareStateStart` with
+    Use [`split_autoreset`][her_envs.vector.split_autoreset] on each step's output to get the real next
+    observations. Each sub-env is
+    wrapped in [`EpisodeStartRNG`][her_envs.vector.EpisodeStartRNG], and in
+    [`GraspedStart`][her_envs.vector.GraspedStart] with ``grasped_start`` > 0 (the share of
+    episodes that start with the object in the gripper; for training envs only), in
+    [`RareStateStart`][her_envs.vector.RareStateStart] with
     ``rare_state_start`` > 0 (the share of episodes that start from a rarely reached archived state, cells of
-    ``rare_state_cell``; training envs only), and with ``behaviour_goals`` in :class:`BehaviourGoal`
+    ``rare_state_cell``; training envs only), and with ``behaviour_goals`` in
+    [`BehaviourGoal`][her_envs.vector.BehaviourGoal]
     (``set_attr("behaviour_goal", ...)`` replaces the goal of an episode that just began).
 
     Raises:
-        TypeError: ``n_envs`` is not an int, or the env's spaces do not fit (:func:`make_env`).
+        TypeError: ``n_envs`` is not an int, or the env's spaces do not fit
+            ([`make_env`][her_envs.vector.make_env]).
         ValueError: ``n_envs`` < 1, an unknown ``vectorization`` or env id, a ``grasped_start`` the env cannot
-            do (:class:`GraspedStart`), a ``rare_state_start`` the env cannot do (:class:`RareStateStart`), or
+            do ([`GraspedStart`][her_envs.vector.GraspedStart]), a ``rare_state_start`` the env cannot do
+            ([`RareStateStart`][her_envs.vector.RareStateStart]), or
             ``behaviour_goals`` for an env without a settable goal
-            (:class:`BehaviourGoal`).
+            ([`BehaviourGoal`][her_envs.vector.BehaviourGoal]).
     """
     if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)):
         raise TypeError(f"n_envs must be an int >= 1, got {type(n_envs).__name__}: {n_envs!r}")
@@ -110,9 +120,11 @@ def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:
 def vector_rng_states(venv: gym.vector.VectorEnv, episode_start: bool = False) -> list[dict[str, Any]]:
     """The bit-generator state of each sub-env's ``np_random`` (one dict per sub-env): as it is now, or with
     ``episode_start`` as it was before the reset that began the sub-env's current episode
-    (:class:`EpisodeStartRNG`, which :func:`make_vector_env` applies).
+    ([`EpisodeStartRNG`][her_envs.vector.EpisodeStartRNG], which
+    [`make_vector_env`][her_envs.vector.make_vector_env] applies).
 
-    Restore with :func:`set_vector_rng_states`, then (``episode_start``) ``venv.reset()`` redoes those resets.
+    Restore with [`set_vector_rng_states`][her_envs.vector.set_vector_rng_states], then (``episode_start``)
+    ``venv.reset()`` redoes those resets.
     """
     if episode_start:
         states = list(venv.get_attr("episode_start_rng"))
@@ -124,7 +136,8 @@ def vector_rng_states(venv: gym.vector.VectorEnv, episode_start: bool = False) -
 
 
 def set_vector_rng_states(venv: gym.vector.VectorEnv, states: list[Mapping[str, Any]]) -> None:
-    """Set each sub-env's ``np_random`` to a generator in the given state (from :func:`vector_rng_states`).
+    """Set each sub-env's ``np_random`` to a generator in the given state (from
+    [`vector_rng_states`][her_envs.vector.vector_rng_states]).
 
     Raises:
         ValueError: not one state per sub-env (a run resumed with another ``env.n_envs`` / ``env.eval_envs``).

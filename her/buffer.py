@@ -1,7 +1,8 @@
 """The replay buffer: storage -> transitions (uniform | prioritized) -> goals (HER) -> returns (1-step | n-step).
 
-``HerReplayBuffer`` composes the four pieces (``EpisodeStorage``, a :class:`~her.samplers.Sampler`, a
-:class:`~her.relabel.Relabeler`, a :class:`~her.returns.Returns`), owns the ``EpisodeWriter`` that stages steps
+``HerReplayBuffer`` composes the four pieces (``EpisodeStorage``, a [`Sampler`][her.samplers.Sampler], a
+[`Relabeler`][her.relabel.Relabeler], a [`Returns`][her.returns.Returns]), owns the ``EpisodeWriter`` that
+stages steps
 into the storage, and returns ``Batch`` objects of numpy arrays.
 Every combination works; goal-free storages skip the relabeling and use the stored rewards. The buffer gathers
 each sampled transition's record once and hands it to the pieces. Semantics: ``docs/semantics.md``.
@@ -120,7 +121,7 @@ def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], 
     """Refuse a reward function that does not take ``(achieved_goal, desired_goal, info)`` or is not vectorized
     over a batch of goals.
 
-    Its signature is read first (:func:`check_goal_fn_signature`). Then it is called with 7 goals of
+    Its signature is read first (``check_goal_fn_signature``). Then it is called with 7 goals of
     ``goal_shape`` (``info``: None or ``{key: [7, ...]}``). When that call raises, it is called once more with one
     unbatched goal: if that works the function is not vectorized and is refused; if that raises too the function
     cannot be probed yet (e.g. an env's ``compute_reward`` that reads state set by its first ``reset``), and the
@@ -181,10 +182,10 @@ class HerReplayBuffer:
     """HER replay over an ``EpisodeStorage``: sample transitions, relabel goals, build (n-step) returns.
 
     Built from its pieces: ``sampler``, ``relabeler`` and ``returns`` are objects (any class with the methods of
-    :class:`her.Sampler`, :class:`her.Relabeler`, :class:`her.Returns`). The shorthand arguments are a thin
+    ``her.Sampler``, ``her.Relabeler``, ``her.Returns``). The shorthand arguments are a thin
     factory over them, nothing more: the relabel ones given (``strategy``, ``n_sampled_goal``,
-    ``other_desired_fraction``) go to :func:`her.make_relabeler`, the return ones (``n_step``, ``gamma``,
-    ``stop_at_success``, ``compute_success``) to :func:`her.make_returns`, and a shorthand left out takes that
+    ``other_desired_fraction``) go to ``her.make_relabeler``, the return ones (``n_step``, ``gamma``,
+    ``stop_at_success``, ``compute_success``) to ``her.make_returns``, and a shorthand left out takes that
     factory's default (the defaults below are theirs). So ``HerReplayBuffer(storage, f, strategy="final",
     n_step=3)`` is ``HerReplayBuffer(storage, f, relabeler=make_relabeler("final"), returns=make_returns(3))``.
     A piece and a shorthand of its own are not given together.
@@ -206,7 +207,7 @@ class HerReplayBuffer:
             (``FutureGoals(4)`` when none is). A goal-free storage relabels nothing (``relabeler`` None).
         returns: which returns; default ``make_returns(**the return shorthands given)`` (``OneStepReturn(0.98)``
             when none is).
-        strategy: shorthand: a :class:`~her.relabel.RelabelStrategy` or its value "future" (default),
+        strategy: shorthand: a ``her.relabel.RelabelStrategy`` or its value "future" (default),
             "final", "episode", "mixed".
         n_sampled_goal: shorthand: k (default 4); relabel probability k / (k + 1). 0 disables relabeling.
         other_desired_fraction: shorthand, strategy "mixed": share of relabeled goals taken from stored desired
@@ -222,7 +223,8 @@ class HerReplayBuffer:
         seed: seed (an integer >= 0, or None) of the buffer's numpy Generator.
 
     Attributes:
-        writer: the ``EpisodeWriter`` behind :meth:`add` (``storage.n_envs`` envs).
+        writer: the ``EpisodeWriter`` behind [`add`][her.buffer.HerReplayBuffer.add] (``storage.n_envs``
+            envs).
 
     Raises:
         ValueError / TypeError: ``storage`` not an ``EpisodeStorage``, a bad ``seed``, inconsistent arguments, a
@@ -293,7 +295,8 @@ class HerReplayBuffer:
 
     @property
     def prioritized(self) -> bool:
-        """Whether the sampler is prioritized, i.e. whether :meth:`update_priorities` applies."""
+        """Whether the sampler is prioritized, i.e. whether
+        [`update_priorities`][her.buffer.HerReplayBuffer.update_priorities] applies."""
         return bool(getattr(self.sampler, "prioritized", False))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -312,7 +315,8 @@ class HerReplayBuffer:
         truncated: np.ndarray,
         info: Mapping[str, np.ndarray] | None = None,
     ) -> list[tuple[int, int]]:
-        """One step of every env, through :attr:`writer` (:meth:`her.EpisodeWriter.add`: arguments ``[n_envs, ...]``,
+        """One step of every env, through ``writer`` ([`her.EpisodeWriter.add`][]: arguments ``[n_envs,
+        ...]``,
         errors); an env's episode is stored when it ends.
 
         Returns:
@@ -376,7 +380,8 @@ class HerReplayBuffer:
             td_error: float [B] or [B, 1] its TD errors (sign ignored).
         Raises:
             ValueError: the sampler is not prioritized (the priorities would be ignored: call this only when
-                :attr:`prioritized`), or bad arguments (see ``PrioritizedSampler.update_priorities``).
+                [`prioritized`][her.buffer.HerReplayBuffer.prioritized]), or bad arguments (see
+                ``PrioritizedSampler.update_priorities``).
             IndexError: a slot outside the storage.
         """
         if not self.prioritized:

@@ -454,7 +454,7 @@ class EpisodeStorage:
 
 def check_is_storage(storage: object, name: str = "storage") -> None:
     """Raises:
-        TypeError: ``storage`` is not an :class:`EpisodeStorage`."""
+        TypeError: ``storage`` is not an [`EpisodeStorage`][her.storage.EpisodeStorage]."""
     if not isinstance(storage, EpisodeStorage):
         raise TypeError(f"{name} must be an her.EpisodeStorage (e.g. her.storage_from_env(env, capacity)), got "
                         f"{type(storage).__name__}")

@@ -131,17 +131,26 @@ class HerTorchRLReplayBuffer:
         n_step: n-step returns (see ``steps_to_next_obs`` / ``gamma`` in the module docstring).
         gamma: discount of the n-step return; give TorchRL's loss / value estimator the same.
         prioritized: proportional prioritized replay (``her.PrioritizedSampler``).
-        alpha, beta, eps: priority exponent, initial importance-sampling exponent, priority offset.
+        alpha: priority exponent.
+        beta: initial importance-sampling exponent.
+        eps: priority offset.
         beta_annealing_steps: ``sample`` calls over which beta rises linearly to 1 (0: constant).
         td_error_clip: optional upper clip of ``|td_error|`` before it becomes a priority.
         priority_key: key of the TD errors read by ``update_tensordict_priority`` (TorchRL's ``"td_error"``).
-        observation_key, achieved_goal_key, desired_goal_key, action_key: keys of the state entries (read at the
-            root and under ``"next"``) and of the action.
-        reward_key, done_key, terminated_key, truncated_key: keys under ``"next"``.
+        observation_key: key of the observation (read at the root and under ``"next"``).
+        achieved_goal_key: key of the achieved goal (read at the root and under ``"next"``).
+        desired_goal_key: key of the desired goal (read at the root and under ``"next"``).
+        action_key: key of the action.
+        reward_key: key of the reward, under ``"next"``.
+        done_key: key of the done flag, under ``"next"``.
+        terminated_key: key of the terminated flag, under ``"next"``.
+        truncated_key: key of the truncated flag, under ``"next"``.
         info_keys: ``{name: key}`` of per-step entries (under the root, e.g. ``("next", "is_success")``) stored and
             passed to ``compute_reward`` as ``info={name: [N, *shape]}``.
         max_episode_steps: the usual episode length (longer episodes still fit; sizes the storage's ring).
-        observation_shape, goal_shape, action_shape: shapes of one entry; default: taken from the first write.
+        observation_shape: shape of one observation; default: taken from the first write.
+        goal_shape: shape of one goal; default: taken from the first write.
+        action_shape: shape of one action; default: taken from the first write.
         device: device of the sampled TensorDicts.
         transform: optional callable applied to each sampled TensorDict (as ``ReplayBuffer(transform=...)``).
         seed: seed of the sampler's numpy Generator (None: random).

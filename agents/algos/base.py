@@ -2,13 +2,20 @@
 the goal-conditioned pieces DDPG/TD3/SAC/TQC share.
 
 Shared pieces (openai/baselines HER techniques):
-- observation and goal :class:`RunningNormalizer` (clip raw +-200, output +-5); the networks' input is
-  ``concat(normalize(observation), normalize(goal))`` (:meth:`GoalConditionedAgentBase.preprocess`);
-- batch -> tensors (:meth:`GoalConditionedAgentBase.batch_to_tensors`), target-Q clipping (:func:`clip_q`);
-- exploration in :meth:`GoalConditionedAgentBase.act`: Gaussian noise ``noise_std`` clipped to ``[-1, 1]``,
+- observation and goal ``RunningNormalizer`` (clip raw +-200, output +-5); the networks' input is
+  ``concat(normalize(observation), normalize(goal))``
+  ([`GoalConditionedAgentBase.preprocess`][her_agents.algos.base.GoalConditionedAgentBase.preprocess]);
+- batch -> tensors
+  ([`GoalConditionedAgentBase.batch_to_tensors`][her_agents.algos.base.GoalConditionedAgentBase.batch_to_tensors]),
+  target-Q clipping (``clip_q``);
+- exploration in [`GoalConditionedAgentBase.act`][her_agents.algos.base.GoalConditionedAgentBase.act]:
+  Gaussian noise ``noise_std`` clipped to ``[-1, 1]``,
   then per row with probability ``random_eps`` a uniform random action;
-- polyak averaging (:meth:`GoalConditionedAgentBase.update_targets`), fused Adam (:func:`make_adam`), device and thread selection;
-- optional bf16 mixed precision of the network forward passes in ``update`` (:meth:`GoalConditionedAgentBase.autocast`).
+- polyak averaging
+  ([`GoalConditionedAgentBase.update_targets`][her_agents.algos.base.GoalConditionedAgentBase.update_targets]),
+  fused Adam (``make_adam``), device and thread selection;
+- optional bf16 mixed precision of the network forward passes in ``update``
+  ([`GoalConditionedAgentBase.autocast`][her_agents.algos.base.GoalConditionedAgentBase.autocast]).
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ class Agent(Protocol):
     """What the training loop (``her_agents.loop.train``), the data-parallel wrapper (``her_agents.dist.distributed``) and
     the actor-learner (``her_agents.dist.actor_learner``) use of an agent; nothing else is read across modules.
 
-    :class:`GoalConditionedAgentBase` implements it for DDPG, TD3, SAC and TQC.
+    [`GoalConditionedAgentBase`][her_agents.algos.base.GoalConditionedAgentBase] implements it for DDPG, TD3,
+    SAC and TQC.
     """
 
     @property
@@ -96,7 +104,8 @@ class Agent(Protocol):
         ...
 
     def load_policy_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`policy_state_dict` (of an agent of the same configuration)."""
+        """Load [`policy_state_dict`][her_agents.algos.base.Agent.policy_state_dict] (of an agent of the same
+        configuration)."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -104,7 +113,7 @@ class Agent(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`state_dict`."""
+        """Load [`state_dict`][her_agents.algos.base.Agent.state_dict]."""
         ...
 
 
@@ -142,7 +151,7 @@ def native_bf16(device: torch.device) -> bool:
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``AgentConfig.precision`` -> the precision the update runs in: ``"auto"`` is ``"bf16"`` where
-    :func:`native_bf16` holds for ``device``, else ``"fp32"``; ``"fp32"`` and ``"bf16"`` are returned as given."""
+    ``native_bf16`` holds for ``device``, else ``"fp32"``; ``"fp32"`` and ``"bf16"`` are returned as given."""
     if precision == "auto":
         return "bf16" if native_bf16(device) else "fp32"
     return precision
@@ -194,7 +203,7 @@ _UNSET = object()
 def q_clip_for_env(reward_range: tuple[float, float] | None, gamma: float, env_id: str,
                    configured: Any = _UNSET) -> tuple[float, float] | None:
     """The TD-target clip for an env: ``configured`` (``agent.q_clip``) when given, else
-    :func:`td_target_bounds` of the env's ``reward_range``.
+    ``td_target_bounds`` of the env's ``reward_range``.
 
     Args:
         reward_range: ``GoalEnvSpec.reward_range`` (``(low, high)``, a side may be infinite, or None).
@@ -246,12 +255,16 @@ class CompiledOrEager:
     An error that ``fn`` raises eagerly too is raised as usual.
 
     ``mode``: ``torch.compile``'s mode, None (the default mode) unless given. On a CUDA device the agent passes
-    ``"reduce-overhead"`` (:meth:`GoalConditionedAgentBase.compile_mode`): Inductor's kernels are recorded once
+    ``"reduce-overhead"``
+    ([`GoalConditionedAgentBase.compile_mode`][her_agents.algos.base.GoalConditionedAgentBase.compile_mode]):
+    Inductor's kernels are recorded once
     into CUDA graphs (CUDAGraph Trees) and replayed, forward and backward, so an update launches a few graphs
     instead of hundreds of small kernels. The shapes are static (``dynamic=False``: one batch size per run).
 
     ``trace_autograd``: trace ``torch.autograd.grad`` calls into the graph (Dynamo's ``trace_autograd_ops``)
-    instead of breaking it there; the whole-update functions (:meth:`GoalConditionedAgentBase.whole_update`) need it.
+    instead of breaking it there; the whole-update functions
+    ([`GoalConditionedAgentBase.whole_update`][her_agents.algos.base.GoalConditionedAgentBase.whole_update])
+    need it.
     Those also skip Dynamo's guard checks once compiled (``set_stance(skip_guard_eval_unsafe=True)``: only the
     guards that tell the compiled variants apart run), about 0.3 ms of a 6-10 ms update on a CPU. That is safe here
     because every tensor the update reads (parameters, optimizer state, normalizer statistics, the batch) is fetched
@@ -326,11 +339,14 @@ def freeze(params: nn.Module | Iterable[torch.Tensor], frozen: bool) -> None:
 class GoalConditionedAgentBase:
     """Normalizers, preprocessing, batch conversion, exploration and checkpointing shared by the agents.
 
-    Subclasses build their networks (the policy network as ``self.actor``), implement :meth:`_policy` and
-    :meth:`update`, and list everything a checkpoint needs in :meth:`_checkpoint_items`.
+    Subclasses build their networks (the policy network as ``self.actor``), implement ``_policy`` and
+    [`update`][her_agents.algos.base.Agent.update], and list everything a checkpoint needs in
+    ``_checkpoint_items``.
 
     Args:
-        obs_dim, goal_dim, action_dim: sizes of ``observation``, ``desired_goal`` and the action.
+        obs_dim: size of ``observation``.
+        goal_dim: size of ``desired_goal``.
+        action_dim: size of the action.
         config: the algorithm's config dataclass.
         device: ``"auto"`` (cuda if available), ``"cpu"``, ``"cuda"`` or a ``torch.device``.
         n_threads: if given, ``torch.set_num_threads(n_threads)`` at construction.
@@ -378,10 +394,10 @@ class GoalConditionedAgentBase:
         return torch.as_tensor(np.asarray(x), dtype=dtype, device=self.device)
 
     def batch_to_tensors(self, batch: Any) -> TensorBatch:
-        """Attributes (or mapping keys) of ``batch`` -> :class:`TensorBatch` on the device.
+        """Attributes (or mapping keys) of ``batch`` -> ``TensorBatch`` on the device.
 
         numpy arrays and torch tensors are both accepted; a missing ``weight`` means ones. Every ``update()``
-        starts here, so this also marks the start of an update for CUDA graphs (:meth:`_cuda_graph_step`).
+        starts here, so this also marks the start of an update for CUDA graphs (``_cuda_graph_step``).
         """
         self._cuda_graph_step()
         get = batch.get if isinstance(batch, Mapping) else lambda k: getattr(batch, k, None)
@@ -406,12 +422,13 @@ class GoalConditionedAgentBase:
     # ------------------------------------------------------------------ acting
     def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The policy's action ``[N, action_dim]`` in ``[-1, 1]`` for preprocessed ``state`` (no grad); a stochastic
-        policy (:attr:`stochastic_policy`) draws its standard normal sample from ``noise [N, action_dim]`` when
+        policy (``stochastic_policy``) draws its standard normal sample from ``noise [N, action_dim]`` when
         given."""
         raise NotImplementedError
 
     #: the policy samples its own exploration (SAC, TQC): colored noise (``noise_beta``) drives that sample
-    #: rather than the ``noise_std`` noise added in :meth:`explore`
+    #: rather than the ``noise_std`` noise added in
+    # [`explore`][her_agents.algos.base.GoalConditionedAgentBase.explore]
     stochastic_policy: bool = False
 
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
@@ -419,11 +436,11 @@ class GoalConditionedAgentBase:
 
         With ``deterministic=False``: Gaussian noise ``noise_std`` is added and clipped to ``[-1, 1]``, then
         each row is replaced by a uniform random action with probability ``random_eps``. With ``noise_beta > 0``
-        the Gaussian draws are row ``i``'s next step of a colored sequence (:class:`ColoredNoise`; for SAC/TQC,
+        the Gaussian draws are row ``i``'s next step of a colored sequence (``ColoredNoise``; for SAC/TQC,
         the policy's own sample), so row ``i`` must be the same env at every call.
 
         On the CPU the policy runs in numpy on views of the actor's parameters
-        (:func:`her_agents.algos.networks.numpy_mlp`; faster for the few rows of acting, same function); elsewhere
+        (``her_agents.algos.networks.numpy_mlp``; faster for the few rows of acting, same function); elsewhere
         in torch, with the networks in eval mode.
         """
         single = np.ndim(observation) == 1
@@ -452,7 +469,7 @@ class GoalConditionedAgentBase:
 
     def value(self, observation: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
         """``V(s, g) = Q(s, mu(s, g), g)`` float32 ``[N]`` for ``observation [N, obs_dim]`` and ``desired_goal
-        [N, goal_dim]``: the value the actor maximizes (:meth:`_actor_value`) at the policy's deterministic action
+        [N, goal_dim]``: the value the actor maximizes (``_actor_value``) at the policy's deterministic action
         (SAC: the mean action), no grad. Used to judge which goals the agent can reach (``her.MinDensityGoals``)."""
         obs_t = self._tensor(observation).reshape(-1, self.obs_dim)
         goal_t = self._tensor(desired_goal).reshape(-1, self.goal_dim)
@@ -468,7 +485,8 @@ class GoalConditionedAgentBase:
         raise NotImplementedError
 
     def _colored_noise(self, n: int) -> np.ndarray:
-        """The next colored noise ``[n, action_dim]`` (:class:`ColoredNoise` on :attr:`rng`, ``noise_beta > 0``)."""
+        """The next colored noise ``[n, action_dim]`` (``ColoredNoise`` on
+        [`rng`][her_agents.algos.base.Agent.rng], ``noise_beta > 0``)."""
         source = self.__dict__.get("_noise_source")
         if source is None or source.rng is not self.rng:
             source = self._noise_source = ColoredNoise(self.config.noise_beta, self.action_dim,
@@ -477,13 +495,15 @@ class GoalConditionedAgentBase:
 
     def reset_noise(self, done: np.ndarray) -> None:
         """Start a new colored noise sequence (``noise_beta > 0``) for the envs whose episode ended: ``done``, bool
-        ``[n_envs]``, in the rows' order of :meth:`act`. A no-op with white noise."""
+        ``[n_envs]``, in the rows' order of [`act`][her_agents.algos.base.GoalConditionedAgentBase.act]. A
+        no-op with white noise."""
         source = self.__dict__.get("_noise_source")
         if source is not None:
             source.reset(done)
 
     def _normalize_state_np(self, state: np.ndarray) -> np.ndarray:
-        """:meth:`preprocess` in numpy, in place on ``state = concat(observation, goal)`` float32 ``[N, S]``: one
+        """[`preprocess`][her_agents.algos.base.GoalConditionedAgentBase.preprocess] in numpy, in place on
+        ``state = concat(observation, goal)`` float32 ``[N, S]``: one
         pass with both normalizers' statistics side by side (the calls, not the arithmetic, cost here)."""
         mean, std, obs_low, obs_high, low, high = self._state_stats_np()
         np.maximum(state, obs_low, out=state)
@@ -522,7 +542,8 @@ class GoalConditionedAgentBase:
 
     def _numpy_policy(self):
         """The actor's ``numpy_policy()`` on the CPU (built once: it holds views of the parameters); None on
-        other devices or for an actor numpy cannot mirror (a layer :func:`her_agents.algos.networks.numpy_mlp` does not
+        other devices or for an actor numpy cannot mirror (a layer ``her_agents.algos.networks.numpy_mlp``
+        does not
         know): ``act()`` then runs torch."""
         if self.device.type != "cpu" or not hasattr(self, "actor"):
             return None
@@ -554,7 +575,8 @@ class GoalConditionedAgentBase:
 
     def loss_fn(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (a bound loss method of this agent, called from ``update()``), wrapped in ``torch.compile`` when
-        ``config.compile`` is set (see :class:`CompiledOrEager`; mode :meth:`compile_mode`), else as is. The
+        ``config.compile`` is set (see ``CompiledOrEager``; mode
+        [`compile_mode`][her_agents.algos.base.GoalConditionedAgentBase.compile_mode]), else as is. The
         compiled function is built once per method and reused."""
         if not self.config.compile:
             return fn
@@ -567,10 +589,13 @@ class GoalConditionedAgentBase:
 
     # ------------------------------------------------------------------ the whole update as one graph
     def compiles_whole_update(self) -> bool:
-        """Whether ``update()`` runs as one compiled graph (:meth:`whole_update`): ``config.compile`` on a CPU
-        device, :attr:`whole_update_ok` set, and every optimizer a one-group Adam without weight decay, amsgrad
+        """Whether ``update()`` runs as one compiled graph
+        ([`whole_update`][her_agents.algos.base.GoalConditionedAgentBase.whole_update]): ``config.compile`` on
+        a CPU
+        device, ``whole_update_ok`` set, and every optimizer a one-group Adam without weight decay, amsgrad
         or maximize (the step the graph applies). Elsewhere the loss functions alone are compiled
-        (:meth:`loss_fn`), as on a CUDA device, where CUDA graphs already remove the launch overhead."""
+        ([`loss_fn`][her_agents.algos.base.GoalConditionedAgentBase.loss_fn]), as on a CUDA device, where CUDA
+        graphs already remove the launch overhead."""
         if not (self.config.compile and self.whole_update_ok and self.device.type == "cpu"):
             return False
         return all(len(o.param_groups) == 1 and not o.param_groups[0]["weight_decay"]
@@ -581,15 +606,16 @@ class GoalConditionedAgentBase:
     #: the optimizers' step): the update then compiles its loss functions only
     whole_update_ok: bool = True
 
-    #: compile the whole update with Inductor's C++ wrapper on a CPU (:class:`CompiledOrEager`); read once, at the
+    #: compile the whole update with Inductor's C++ wrapper on a CPU (``CompiledOrEager``); read once, at the
     #: first update (``tests/benchmarks/bench_cpp_wrapper_ab.py`` sets it False on its A agents)
     cpp_wrapper: bool = True
 
     def whole_update(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (a bound method computing one whole update: losses, ``torch.autograd.grad``,
-        :meth:`adam_step_` and target updates) through ``torch.compile`` as one graph, so that one call replaces
+        [`adam_step_`][her_agents.algos.base.GoalConditionedAgentBase.adam_step_] and target updates) through
+        ``torch.compile`` as one graph, so that one call replaces
         the losses' forward and backward graphs, the optimizers' steps and the polyak update with their Python
-        and dispatch overhead (:class:`CompiledOrEager` with ``trace_autograd``; eager where compiling fails).
+        and dispatch overhead (``CompiledOrEager`` with ``trace_autograd``; eager where compiling fails).
         Built once per method."""
         name = "whole:" + fn.__name__
         fns = self.__dict__.setdefault("_compiled_fns", {})
@@ -622,9 +648,11 @@ class GoalConditionedAgentBase:
     def adam_step_(optim: torch.optim.Optimizer, loss: torch.Tensor, scalars: torch.Tensor) -> None:
         """One Adam step (Kingma & Ba 2015, Algorithm 1, in ``torch.optim.Adam``'s form) of ``optim``'s parameters
         on ``d loss / d params``, written to the parameters and ``optim.state`` in place, for use inside
-        :meth:`whole_update`: ``m <- lerp(m, g, 1 - beta1)``, ``v <- beta2 v + (1 - beta2) g^2``, ``p <- p -
+        [`whole_update`][her_agents.algos.base.GoalConditionedAgentBase.whole_update]: ``m <- lerp(m, g, 1 -
+        beta1)``, ``v <- beta2 v + (1 - beta2) g^2``, ``p <- p -
         scalars[0] * m / (sqrt(v) / scalars[1] + eps)`` with ``scalars`` the optimizer's pair from
-        :meth:`adam_scalars`. The state stays ``torch.optim.Adam``'s, so checkpoints are unchanged."""
+        [`adam_scalars`][her_agents.algos.base.GoalConditionedAgentBase.adam_scalars]. The state stays
+        ``torch.optim.Adam``'s, so checkpoints are unchanged."""
         group = optim.param_groups[0]
         params = group["params"]
         beta1, beta2 = group["betas"]
@@ -644,13 +672,15 @@ class GoalConditionedAgentBase:
         return "reduce-overhead" if self.device.type == "cuda" else None
 
     def _cuda_graph_step(self) -> None:
-        """Called at the start of every update (from :meth:`batch_to_tensors`): with CUDA graphs (compiled loss
+        """Called at the start of every update (from
+        [`batch_to_tensors`][her_agents.algos.base.GoalConditionedAgentBase.batch_to_tensors]): with CUDA
+        graphs (compiled loss
         functions on a CUDA device) tell CUDAGraph Trees that a new update begins.
 
         Without it, CUDAGraph Trees starts a new "generation" at every compiled call made with no backward
         pending, i.e. at the actor loss, right after the critic's ``backward()``: the replay would then reuse the
         memory of the critic loss's outputs (``q``, ``td_error``) that ``_metrics`` reads afterwards. Once
-        :func:`torch.compiler.cudagraph_mark_step_begin` has been called, generations change only where it is
+        ``torch.compiler.cudagraph_mark_step_begin`` has been called, generations change only where it is
         called: all compiled calls of one update share one generation, and outputs are overwritten by the next
         update's replays. So a tensor kept across updates must be a clone (TD3's ``_last_actor_loss``);
         ``_metrics`` copies everything else to the host within the update, and ``zero_grad(set_to_none=True)``
@@ -672,7 +702,8 @@ class GoalConditionedAgentBase:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the network forward passes in ``update()``: bf16 autocast on the agent's device when
-        :attr:`precision` (``config.precision`` resolved for the device) is ``"bf16"``, else a no-op.
+        [`precision`][her_agents.algos.base.GoalConditionedAgentBase.precision] (``config.precision`` resolved
+        for the device) is ``"bf16"``, else a no-op.
 
         Wrap forward passes only (not ``backward`` or optimizer steps): autocast caches the bf16 copies of the
         parameters until the context exits, so a context spanning an optimizer step would reuse stale copies.
@@ -683,14 +714,15 @@ class GoalConditionedAgentBase:
 
     # ------------------------------------------------------------------ targets / metrics
     def update_targets(self) -> None:
-        """Polyak-average every (target, online) pair in :meth:`_target_pairs` (one foreach call for all)."""
+        """Polyak-average every (target, online) pair in ``_target_pairs`` (one foreach call for all)."""
         targets, online = self.polyak_params()
         with torch.no_grad():
             torch._foreach_lerp_(targets, online, 1.0 - self.config.polyak)
 
     def polyak_params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """``(target parameters, online parameters)`` of :meth:`_target_pairs`, listed once (parameters are
-        updated in place); :meth:`whole_update` callers list them before the compiled call."""
+        """``(target parameters, online parameters)`` of ``_target_pairs``, listed once (parameters are
+        updated in place); [`whole_update`][her_agents.algos.base.GoalConditionedAgentBase.whole_update]
+        callers list them before the compiled call."""
         if "_polyak_params" not in self.__dict__:
             pairs = self._target_pairs()
             self._polyak_params = ([p for t, _ in pairs for p in t.parameters()],
@@ -698,7 +730,7 @@ class GoalConditionedAgentBase:
         return self._polyak_params
 
     def params(self, module: nn.Module) -> list[nn.Parameter]:
-        """``list(module.parameters())``, listed once per module (for :func:`freeze` in every update)."""
+        """``list(module.parameters())``, listed once per module (for ``freeze`` in every update)."""
         cache = self.__dict__.setdefault("_param_lists", {})
         if id(module) not in cache:
             cache[id(module)] = (module, list(module.parameters()))  # the module kept: its id stays unique
@@ -710,12 +742,12 @@ class GoalConditionedAgentBase:
     @staticmethod
     def _flat_metrics(scalars: list[torch.Tensor], td_error: torch.Tensor) -> torch.Tensor:
         """``[len(scalars) + B]`` float32: the scalar metrics, then ``td_error``, detached (built inside a compiled
-        update, so that :meth:`_metrics_from_flat` reads them with one host copy and no extra kernels)."""
+        update, so that ``_metrics_from_flat`` reads them with one host copy and no extra kernels)."""
         return torch.cat([torch.stack([s.detach().float() for s in scalars]), td_error.detach().float()])
 
     @staticmethod
     def _metrics_from_flat(names: tuple[str, ...], flat: torch.Tensor) -> dict[str, float | np.ndarray]:
-        """:meth:`_flat_metrics`' tensor -> ``{name: float}`` and ``td_error`` ``[B]`` float32 (a copy)."""
+        """``_flat_metrics``' tensor -> ``{name: float}`` and ``td_error`` ``[B]`` float32 (a copy)."""
         host = flat.cpu().numpy()
         out: dict[str, float | np.ndarray] = {k: float(v) for k, v in zip(names, host[: len(names)].tolist())}
         out["td_error"] = host[len(names) :].copy()
@@ -752,7 +784,7 @@ class GoalConditionedAgentBase:
 
     def policy_state_dict(self) -> dict[str, Any]:
         """``actor`` (CPU tensor copies of the policy network's state), ``obs_normalizer`` and ``goal_normalizer``
-        (their statistics): what :meth:`act` needs."""
+        (their statistics): what [`act`][her_agents.algos.base.GoalConditionedAgentBase.act] needs."""
         return {
             "actor": {k: v.detach().cpu().clone() for k, v in self.actor.state_dict().items()},
             "obs_normalizer": self.obs_normalizer.state_dict(),
@@ -760,7 +792,7 @@ class GoalConditionedAgentBase:
         }
 
     def load_policy_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`policy_state_dict`.
+        """Load [`policy_state_dict`][her_agents.algos.base.GoalConditionedAgentBase.policy_state_dict].
 
         Raises:
             RuntimeError / ValueError: a policy network or normalizer of another shape.

@@ -1,7 +1,7 @@
 """The agents' config dataclasses, one per algorithm, and the registry of their names: torch-free, so that the run
-config (:mod:`her_agents.config`) and ``her-train --print-config`` type the ``agent`` section without importing
+config (``her_agents.config``) and ``her-train --print-config`` type the ``agent`` section without importing
 torch or an agent. Each algorithm's module re-exports its own (``her_agents.algos.td3.TD3Config``, ...), and
-:mod:`her_agents.algos.registry` pairs each name with its agent class.
+``her_agents.algos.registry`` pairs each name with its agent class.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["CONFIGS", "PRECISIONS", "AgentConfig", "DDPGConfig", "Precision", "S
            "algo_name", "config_class", "config_fields"]
 
 Precision = Literal["fp32", "bf16", "auto"]
-"""Valid values of :attr:`AgentConfig.precision`."""
+"""Valid values of [`AgentConfig.precision`][her_agents.algos.configs.AgentConfig.precision]."""
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
 
@@ -46,7 +46,7 @@ class AgentConfig:
     """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite), e.g. ``[-1/(1-gamma), 0]``
     for -1/0 rewards (gamma 0.98 -> -50); None (the default for an agent built directly): no clip, whatever the
     rewards' sign. The training loop, when ``agent.q_clip`` is not configured, sets it from the env's reward
-    range (:func:`q_clip_for_env`, also usable by hand: ``q_clip=q_clip_for_env(spec.reward_range, gamma,
+    range (``q_clip_for_env``, also usable by hand: ``q_clip=q_clip_for_env(spec.reward_range, gamma,
     env_id)``)."""
     noise_std: float = 0.2
     """Std (>= 0) of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
@@ -61,7 +61,8 @@ class AgentConfig:
     noise_horizon: int = 50
     """Length (>= 1, env steps) of each colored noise sequence when ``noise_beta > 0``, meant to be the episode
     length: left out of a config, the training loop sets the env's (Fetch: 50), and starts an env's new sequence
-    at the end of each of its episodes (:meth:`GoalConditionedAgentBase.reset_noise`)."""
+    at the end of each of its episodes
+    ([`GoalConditionedAgentBase.reset_noise`][her_agents.algos.base.GoalConditionedAgentBase.reset_noise])."""
     norm_eps: float = 1e-2
     """Std floor (> 0) of the observation/goal normalizers."""
     norm_clip_obs: float = 200.0
@@ -75,7 +76,7 @@ class AgentConfig:
     ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
     the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
     and optimizer state stay float32. ``act()`` always runs in float32. ``"auto"`` is bf16 where the device
-    multiplies bf16 natively (:func:`resolve_precision`) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
+    multiplies bf16 natively (``resolve_precision``) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
     bf16 matmuls are emulated and many times slower than fp32."""
     compile: bool = False
     """Compile ``update()`` with ``torch.compile`` (Inductor), which fuses the LayerNorm, activation, bf16-cast and
@@ -110,7 +111,7 @@ class AgentConfig:
 
 @dataclass
 class TD3Config(AgentConfig):
-    """TD3 options (see :class:`AgentConfig` for the shared ones)."""
+    """TD3 options (see [`her_agents.algos.configs.AgentConfig`][] for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
@@ -128,7 +129,7 @@ class TD3Config(AgentConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`AgentConfig.__post_init__`, and a TD3 option out of its range."""
+            ValueError: as ``AgentConfig.__post_init__``, and a TD3 option out of its range."""
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "policy_noise": NON_NEGATIVE,
                             "noise_clip": NON_NEGATIVE, "policy_delay": AT_LEAST_ONE})
@@ -136,7 +137,7 @@ class TD3Config(AgentConfig):
 
 @dataclass
 class DDPGConfig(AgentConfig):
-    """DDPG options (see :class:`AgentConfig` for the shared ones)."""
+    """DDPG options (see [`her_agents.algos.configs.AgentConfig`][] for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
@@ -150,14 +151,14 @@ class DDPGConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`AgentConfig.__post_init__`, and a negative ``action_l2``."""
+            ValueError: as ``AgentConfig.__post_init__``, and a negative ``action_l2``."""
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE})
 
 
 @dataclass
 class SACConfig(AgentConfig):
-    """SAC options (see :class:`AgentConfig` for the shared ones)."""
+    """SAC options (see [`her_agents.algos.configs.AgentConfig`][] for the shared ones)."""
 
     noise_std: float = 0.0
     """Extra Gaussian noise in ``act(deterministic=False)`` on top of the policy's sampling (default none)."""
@@ -182,7 +183,7 @@ class SACConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`AgentConfig.__post_init__`, and a SAC option out of its range."""
+            ValueError: as ``AgentConfig.__post_init__``, and a SAC option out of its range."""
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "alpha": POSITIVE,
                             "alpha_lr": POSITIVE,
@@ -191,7 +192,8 @@ class SACConfig(AgentConfig):
 
 @dataclass
 class TQCConfig(SACConfig):
-    """TQC options: SAC's (:class:`SACConfig`; ``n_critics`` is the number of quantile critics)
+    """TQC options: SAC's ([`her_agents.algos.configs.SACConfig`][]; ``n_critics`` is the number of quantile
+    critics)
     and the quantile ones."""
 
     n_quantiles: int = 25
@@ -202,7 +204,7 @@ class TQCConfig(SACConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`SACConfig.__post_init__`, and a quantile option out of its range."""
+            ValueError: as ``SACConfig.__post_init__``, and a quantile option out of its range."""
         super().__post_init__()
         check_ranges(self, {
             "n_quantiles": AT_LEAST_ONE,
@@ -230,7 +232,7 @@ def config_class(algo: str) -> type[AgentConfig]:
     """The config dataclass of ``algo`` (``DDPGConfig``, ``TD3Config``, ``SACConfig``, ``TQCConfig``).
 
     Raises:
-        ValueError: as :func:`algo_name`.
+        ValueError: as ``algo_name``.
     """
     return CONFIGS[algo_name(algo)]
 

@@ -4,7 +4,7 @@ All actions live in ``[-1, 1]`` (the env wrapper rescales). Critics take ``(stat
 the normalized ``concat(observation, goal)``.
 
 Every network returns float32 even when called under ``torch.autocast`` (bf16 matmuls; see
-``AgentConfig.precision``): the last layer's output goes through :func:`full_precision`, so the tanh squashing,
+``AgentConfig.precision``): the last layer's output goes through ``full_precision``, so the tanh squashing,
 SAC's log-probabilities and everything the agents compute from the outputs stay float32.
 """
 
@@ -37,7 +37,7 @@ def numpy_mlp(net: nn.Sequential):
     ``load_state_dict``, which write the parameters in place, are seen at once).
 
     For acting with a few rows on a CPU, where a torch call's dispatch costs more than its arithmetic (e.g. the
-    3x256 actor on one row). Supports the layers :func:`mlp` builds (``Linear``, ``LayerNorm``, ``ReLU``).
+    3x256 actor on one row). Supports the layers ``mlp`` builds (``Linear``, ``LayerNorm``, ``ReLU``).
 
     Returns:
         ``f(x float32 [N, in]) -> float32 [N, out]``.
@@ -97,7 +97,7 @@ def mlp(
     activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Sequential:
     """``Linear -> [LayerNorm] -> activation`` per hidden layer, then a final ``Linear`` to ``out_dim``
-    (:class:`Linear` layers)."""
+    (``Linear`` layers)."""
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:
@@ -123,8 +123,9 @@ class DeterministicActor(nn.Module):
         return torch.tanh(full_precision(self.net(state)))
 
     def numpy_policy(self):
-        """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: :meth:`forward` in
-        numpy (see :func:`numpy_mlp`); ``rng`` and ``noise`` are not used."""
+        """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: ``forward``
+        in
+        numpy (see ``numpy_mlp``); ``rng`` and ``noise`` are not used."""
         net = numpy_mlp(self.net)
         return lambda state, deterministic, rng, noise=None: np.tanh(net(state))
 
@@ -176,7 +177,7 @@ class SquashedGaussianActor(nn.Module):
 
     def numpy_policy(self):
         """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: the action of
-        :meth:`forward` in numpy (see :func:`numpy_mlp`), its standard normal sample ``noise [N, A]`` where given,
+        ``forward`` in numpy (see ``numpy_mlp``), its standard normal sample ``noise [N, A]`` where given,
         else drawn from the numpy Generator ``rng``."""
         net = numpy_mlp(self.net)
         lo, hi, A = self.log_std_min, self.log_std_max, self.action_dim
@@ -256,7 +257,7 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
         if member is not None:
-            # the bias added after the matmul, as in :class:`Linear`
+            # the bias added after the matmul, as in ``Linear``
             if self.n == 1:  # a view, whose backward is a view too (a select's backward fills a zero tensor)
                 return F.linear(x, self.weight.view(self.out_features, self.in_features)) + self.bias.view(-1)
             return F.linear(x, self.weight[member]) + self.bias[member, 0]

@@ -1,6 +1,6 @@
 """SAC for goal-conditioned tasks (Haarnoja et al. 2018) with the openai/baselines HER input normalization.
 
-Squashed (tanh) Gaussian policy, twin critics as one batched :class:`EnsembleCritic`, soft target with the min
+Squashed (tanh) Gaussian policy, twin critics as one batched ``EnsembleCritic``, soft target with the min
 of the twin target critics, learned temperature with target entropy ``-action_dim`` (or a fixed ``alpha``).
 Target Q clipped to ``q_clip`` like DDPG/TD3. Exploration is the policy's own sampling: ``noise_std`` and
 ``random_eps`` default to 0 here.
@@ -31,7 +31,8 @@ class Temperature(nn.Module):
 
 
 class SACAgent(GoalConditionedAgentBase):
-    """Goal-conditioned SAC. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+    """Goal-conditioned SAC. See [`GoalConditionedAgentBase`][her_agents.algos.sac.GoalConditionedAgentBase]
+    for the constructor arguments."""
 
     config: SACConfig
 
@@ -118,7 +119,8 @@ class SACAgent(GoalConditionedAgentBase):
         )
 
     def _update_whole(self, b) -> dict[str, float | np.ndarray]:
-        """:meth:`update` as one compiled graph (:meth:`whole_update`); the same steps in the same order."""
+        """[`update`][her_agents.algos.sac.SACAgent.update] as one compiled graph
+        ([`whole_update`][her_agents.algos.sac.SACAgent.whole_update]); the same steps in the same order."""
         cfg = self.config
         self.num_updates += 1
         target_step = bool(cfg.target_update_interval) and self.num_updates % cfg.target_update_interval == 0
@@ -129,7 +131,7 @@ class SACAgent(GoalConditionedAgentBase):
 
     def _whole_step(self, b, scalars: torch.Tensor, target_step: bool) -> torch.Tensor:
         """Critic, actor and (``autotune``) temperature steps, then (``target_step``) the polyak update: the
-        :meth:`_flat_metrics` of ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy``
+        ``_flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy``
         and ``td_error [B]``."""
         state = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
@@ -162,7 +164,7 @@ class SACAgent(GoalConditionedAgentBase):
 
     def _policy_loss(self, state: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, log_prob [B])``: minimize ``alpha log pi(a|s) - V(s, a)`` with ``a ~ pi`` reparameterized
-        (Haarnoja et al. 2018, Eq. 12; ``V`` is :meth:`_actor_value`), plus ``action_l2 * mean(a^2)``."""
+        (Haarnoja et al. 2018, Eq. 12; ``V`` is ``_actor_value``), plus ``action_l2 * mean(a^2)``."""
         with self.autocast():
             pi, log_prob = self.actor(state)
             q_pi = self._actor_value(state, pi)

@@ -2,7 +2,7 @@
 
 Clipped double Q (min of the twin target critics), target policy smoothing (clipped Gaussian noise on the
 target action), actor and targets updated every ``policy_delay`` critic updates. The twin critics are one
-batched :class:`EnsembleCritic`. Target Q clipped to ``q_clip``; action L2 penalty on the actor.
+batched ``EnsembleCritic``. Target Q clipped to ``q_clip``; action L2 penalty on the actor.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def smoothed_target_action(
 
 
 class TD3Agent(GoalConditionedAgentBase):
-    """Goal-conditioned TD3. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+    """Goal-conditioned TD3. See [`GoalConditionedAgentBase`][her_agents.algos.td3.GoalConditionedAgentBase]
+    for the constructor arguments."""
 
     config: TD3Config
 
@@ -104,7 +105,8 @@ class TD3Agent(GoalConditionedAgentBase):
         )
 
     def _update_whole(self, b) -> dict[str, float | np.ndarray]:
-        """:meth:`update` as one compiled graph (:meth:`whole_update`); the same steps in the same order."""
+        """[`update`][her_agents.algos.td3.TD3Agent.update] as one compiled graph
+        ([`whole_update`][her_agents.algos.td3.TD3Agent.whole_update]); the same steps in the same order."""
         cfg = self.config
         self.num_updates += 1
         actor_step = self.num_updates % cfg.policy_delay == 0
@@ -120,7 +122,7 @@ class TD3Agent(GoalConditionedAgentBase):
     def _whole_step(self, b, scalars: torch.Tensor, last_actor_loss: torch.Tensor, actor_step: bool,
                     target_step: bool) -> torch.Tensor:
         """Critic step, then (``actor_step``) actor step and (``target_step``) polyak update: the
-        :meth:`_flat_metrics` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
+        ``_flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
         step), ``q_mean`` and ``td_error [B]``."""
         state = self.preprocess(b.observation, b.desired_goal)
         critic_loss, q, td_error = self._critic_loss(b, state)

@@ -49,8 +49,9 @@ def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, weight: t
 
 
 class TQCAgent(SACAgent):
-    """Goal-conditioned TQC. See :class:`her_agents.algos.base.GoalConditionedAgentBase` for the constructor
-    arguments; the update returns what :meth:`SACAgent.update` returns, with ``q_mean`` the mean atom and
+    """Goal-conditioned TQC. See [`her_agents.algos.base.GoalConditionedAgentBase`][] for the constructor
+    arguments; the update returns what [`SACAgent.update`][her_agents.algos.sac.SACAgent.update] returns, with
+    ``q_mean`` the mean atom and
     ``td_error`` ``|mean(target atoms) - mean(quantiles)|`` per sample (``[B]``, averaged over the critics)."""
 
     config: TQCConfig

@@ -1,4 +1,4 @@
-"""Training in several processes under torchrun: data-parallel (``distributed``: every rank runs the loop on
+"""Training in several processes under torchrun: data-parallel (``data_parallel``: every rank runs the loop on
 its own envs and replay, gradients all-reduced) and actor-learner (``actor_learner``: Ape-X, actors feed one
 learner over RPC)."""
 

@@ -10,9 +10,9 @@ Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, r
   at the end). After each finished episode an actor asks the learner for the newest weights (actor network +
   observation/goal normalizers) and loads them when their version is newer. The first
   ``train.warmup_steps / n_actors`` steps of each actor use uniform random actions.
-- **The learner** runs the training loop itself (:func:`her_agents.loop.train.train` with
-  :class:`LearnerHooks`): its collection step stores the episodes its actors sent instead of stepping envs.
-  The RPC target :func:`_rpc_add_episode` puts an episode in a queue; the loop's collect step drains it and
+- **The learner** runs the training loop itself (``her_agents.loop.train.train`` with
+  ``LearnerHooks``): its collection step stores the episodes its actors sent instead of stepping envs.
+  The RPC target ``_rpc_add_episode`` puts an episode in a queue; the loop's collect step drains it and
   calls ``storage.add_episode`` (a prioritized sampler gives the new transitions the maximum priority on add)
   and updates the normalizers with relabeled samples of the episode, as the single-process loop does. Keeping
   every storage/sampler call on the learner's main thread avoids locking the numpy structures. The rest is the
@@ -162,7 +162,7 @@ class _LearnerState:
 
 
 class LearnerHooks(LoopHooks):
-    """The learner's part of the training loop (:func:`her_agents.loop.train.train`): it collects by storing the
+    """The learner's part of the training loop (``her_agents.loop.train.train``): it collects by storing the
     episodes its actors send, and publishes the policy every ``dist.weight_sync_every`` updates. Everything
     else (set-up, resume, updates, evaluation, checkpoints, signals, W&B) is the loop's own; the checkpoint is
     the learner's alone (the actors hold no state worth resuming: they start afresh, their envs reseeded)."""

@@ -6,29 +6,39 @@ Launch (one machine, 2 processes)::
     torchrun --standalone --nproc_per_node=2 -m her_agents.cli fetch_push_ddpg train.total_env_steps=100000
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
-(plain ``her-train``) :func:`train_data_parallel` runs the single-process loop.
+(plain ``her-train``) [`train_data_parallel`][her_agents.distributed.data_parallel.train_data_parallel] runs the
+single-process loop.
 
-Every rank runs the plain loop (``her_agents.loop.train.train``) with a :class:`DistContext` as its
-:class:`~her_agents.loop.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent.
+Every rank runs the plain loop (``her_agents.loop.train.train``) with a
+[`DistContext`][her_agents.distributed.data_parallel.DistContext] as its
+[`LoopHooks`][her_agents.loop.train.LoopHooks], and trains a
+[`DataParallelAgent`][her_agents.distributed.data_parallel.DataParallelAgent] wrapped around its agent.
 A one-process run never enters this code, and the context reaches the other ranks only through the few
-operations of :class:`~her_agents.distributed.collective.Collective`:
+operations of ``her_agents.distributed.collective.Collective``:
 
-- :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
-  GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved
+- ``init_distributed``: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
+  GPU) within ``dist.timeout_s``;
+  [`DistContext.prepare_config`][her_agents.distributed.data_parallel.DistContext.prepare_config]: all ranks must hold
+  the same resolved
   config (a hash is all-gathered; a mismatch names the ranks and keys that differ), then ``train.seed`` becomes
   ``seed + rank`` so every rank's envs, exploration noise and replay sampling differ;
-- :meth:`DistContext.wrap_agent`: rank 0's networks (and normalizers) are broadcast to all ranks; an
+- [`DistContext.wrap_agent`][her_agents.distributed.data_parallel.DistContext.wrap_agent]: rank 0's networks (and
+  normalizers) are broadcast to all ranks; an
   optimizer step pre-hook averages the gradients of every optimizer of the agent (one flattened all-reduce per
   optimizer step), so DDPG/TD3/SAC ``update()`` run unchanged and all ranks keep identical parameters; the
   wrapper's ``update_normalizer`` only records the local (sum, sumsq, count) deltas;
-- :meth:`DistContext.before_updates`: before each block of updates (a fixed point: every rank reaches it at the
+- [`DistContext.before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates]: before each block of
+  updates (a fixed point: every rank reaches it at the
   same env step) the ranks all-gather their normalizer deltas (added in rank order: bit-identical statistics
   everywhere), whether they can learn and how many updates are pending (the minimum wins), so the number of
   updates, hence of gradient all-reduces, is the same on every rank and nobody deadlocks, also with episodes of
-  variable length; a SIGINT / SIGTERM on any rank stops all of them at the next block (:meth:`should_stop`);
-- :meth:`DistContext.average_eval`: evaluation metrics are averaged over ranks (each rank evaluates
+  variable length; a SIGINT / SIGTERM on any rank stops all of them at the next block
+  ([`should_stop`][her_agents.distributed.data_parallel.DistContext.should_stop]);
+- [`DistContext.average_eval`][her_agents.distributed.data_parallel.DistContext.average_eval]: evaluation metrics are
+  averaged over ranks (each rank evaluates
   ``train.eval_episodes`` episodes on its own eval envs); rank 0 alone logs (stdout, ``metrics.csv``, W&B);
-- :meth:`DistContext.save_checkpoint`: each rank's own state (RNGs, env RNGs, replay schedules, pending
+- [`DistContext.save_checkpoint`][her_agents.distributed.data_parallel.DistContext.save_checkpoint]: each rank's own
+  state (RNGs, env RNGs, replay schedules, pending
   updates and normalizer deltas) is gathered into rank 0's ``checkpoint.pt``, and each rank writes its own
   replay (``replay.npz`` for rank 0, ``replay-rank<r>.npz``) with ``log.save_replay``, in the crash-safe order
   of ``her_agents.run.checkpoint``; a resume restores every rank's own state and refuses another world size.
@@ -122,7 +132,8 @@ def rendezvous_env() -> dict[str, Any]:
 
 
 def flat_config(cfg: Config | dict) -> dict[str, Any]:
-    """The resolved config (a :class:`Config`, or :func:`config_dict`'s plain data) as ``{"dotted.key": value}``."""
+    """The resolved config (a [`Config`][her_agents.distributed.data_parallel.Config], or
+    [`config_dict`][her_agents.distributed.data_parallel.config_dict]'s plain data) as ``{"dotted.key": value}``."""
     c = config_dict(cfg) if isinstance(cfg, Config) else cfg
     out: dict[str, Any] = {}
 
@@ -169,7 +180,9 @@ def config_mismatch_message(flats: list[dict[str, Any]], digests: list[str], wha
 class DataParallelAgent:
     """An agent as one data-parallel rank trains it: every call goes to the wrapped agent, except
     ``update_normalizer``, which records this rank's statistics in ``deltas`` (``{normalizer name: [sum,
-    sumsq, count]}``, float64) for :meth:`DistContext.before_updates` to merge across ranks."""
+    sumsq, count]}``, float64) for
+    [`DistContext.before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates] to merge across
+    ranks."""
 
     def __init__(self, agent: Agent, deltas: dict[str, list[np.ndarray]]) -> None:
         self.agent = agent
@@ -231,8 +244,8 @@ class DataParallelAgent:
 @dataclass
 class DistContext(LoopHooks):
     """The data-parallel hooks of the training loop for one rank of a process group of ``world_size > 1``
-    (a one-process run never builds one: :func:`init_distributed` returns None). It reaches the other ranks
-    only through :attr:`comm`."""
+    (a one-process run never builds one: ``init_distributed`` returns None). It reaches the other ranks
+    only through ``comm``."""
 
     comm: Collective
     local_rank: int = 0
@@ -285,7 +298,8 @@ class DistContext(LoopHooks):
 
     def wrap_agent(self, agent: Agent) -> Agent:
         """Broadcast rank 0's networks and normalizers, hook gradient averaging into the optimizers; the
-        returned :class:`DataParallelAgent` records normalizer statistics for :meth:`before_updates`."""
+        returned [`DataParallelAgent`][her_agents.distributed.data_parallel.DataParallelAgent] records normalizer
+        statistics for [`before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates]."""
         self.agent = agent
         with torch.no_grad():
             for module in agent.networks().values():
@@ -374,12 +388,12 @@ class DistContext(LoopHooks):
     def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
                         replay_arrays: dict[str, np.ndarray] | None) -> None:
         """Every rank's ``own`` state gathered into rank 0's ``checkpoint.pt`` (``ranks``, in rank order), each
-        rank's replay in its own file (:func:`her_agents.run.checkpoint.replay_name`): all pending replays are
+        rank's replay in its own file (``her_agents.run.checkpoint.replay_name``): all pending replays are
         written before the checkpoint, renamed after it, so every kill point leaves matching files.
 
         Raises:
-            OSError (or what the failing write raised): this rank's write failed; RuntimeError: another rank's
-            did (the previous checkpoint stays valid).
+            OSError: this rank's write failed (or what the failing write raised).
+            RuntimeError: another rank's write failed (the previous checkpoint stays valid).
         """
         name, steps = replay_name(self.rank), int(shared["counters"]["env_steps"])
         pending, error = None, None
@@ -500,10 +514,11 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
 
 def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This rank's part of a data-parallel run under torchrun (``her_agents.loop.train.train`` with a
-    :class:`DistContext`); the plain single-process loop without torchrun's env vars.
+    [`DistContext`][her_agents.distributed.data_parallel.DistContext]); the plain single-process loop without
+    torchrun's env vars.
 
     Raises:
-        RuntimeError: a rendezvous that cannot form (see :func:`init_distributed`).
+        RuntimeError: a rendezvous that cannot form (see ``init_distributed``).
         ValueError: the ranks hold different configs, and what ``train`` raises.
     """
     ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)

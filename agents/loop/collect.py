@@ -75,7 +75,8 @@ def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int
 def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: gym.vector.VectorEnv,
                            obs: dict[str, np.ndarray], starting: np.ndarray, share: float,
                            goals: her.MinDensityGoals, rng: np.random.Generator) -> np.ndarray:
-    """Give a behaviour goal (``goals.select``, the agent's :meth:`value` as its cutoff) to each env of bool mask
+    """Give a behaviour goal (``goals.select``, the agent's [`value`][her_agents.algos.base.Agent.value] as
+    its cutoff) to each env of bool mask
     ``starting [n_envs]`` (its episode just began at ``obs``) with probability ``share`` (all of their env goals go
     to ``goals.observe_desired`` first): the env pursues it
     (``her_envs.BehaviourGoal``) and ``obs["desired_goal"]`` is updated in place. Returns the bool mask

@@ -1,12 +1,12 @@
 """The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
 
-``train(cfg)`` is :func:`start_run` (set-up, resume) and then a loop of named steps: :func:`collect` (act ->
-step -> store, one env step of each env) and :func:`learn` (the due updates); every ``train.eval_every`` env
-steps :func:`evaluate_and_checkpoint` (log to stdout, metrics.csv, W&B; checkpoint atomically); a SIGINT /
-SIGTERM checkpoints and stops (:func:`checkpoint_on_stop`). It runs in one process; multi-process modes plug in
-through :class:`LoopHooks`, and the loop stays the one loop: ``her_agents.distributed.data_parallel`` averages
+``train(cfg)`` is ``start_run`` (set-up, resume) and then a loop of named steps: ``collect`` (act ->
+step -> store, one env step of each env) and ``learn`` (the due updates); every ``train.eval_every`` env
+steps ``evaluate_and_checkpoint`` (log to stdout, metrics.csv, W&B; checkpoint atomically); a SIGINT /
+SIGTERM checkpoints and stops (``checkpoint_on_stop``). It runs in one process; multi-process modes plug in
+through ``LoopHooks``, and the loop stays the one loop: ``her_agents.distributed.data_parallel`` averages
 gradients across ranks, and the Ape-X learner (``her_agents.distributed.actor_learner``) collects by receiving
-its actors' episodes instead of stepping envs (:meth:`LoopHooks.collect`). Resume, signals, evaluation and
+its actors' episodes instead of stepping envs (``LoopHooks.collect``). Resume, signals, evaluation and
 checkpoints are the loop's in every mode.
 """
 
@@ -164,7 +164,7 @@ def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuf
 
 def open_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool,
                  algo_name: str | None = None) -> RunDirLock:
-    """Pick, create and lock the run directory (:func:`her_agents.run.run_control.prepare_run_dir`; the default
+    """Pick, create and lock the run directory ([`her_agents.run.run_control.prepare_run_dir`][]; the default
     name has ``algo_name``, default ``algo``) and write the resolved config to ``config.yaml`` in it (a resume
     rewrites it with its overrides). Returns the held lock; ``.run_dir`` is the directory.
 
@@ -204,7 +204,7 @@ class UpdateSchedule:
     pending: float = 0.0
     """Updates earned and not done yet."""
     can_learn: bool = False
-    """Whether the last :meth:`collect` allowed updates."""
+    """Whether the last [`collect`][her_agents.loop.train.UpdateSchedule.collect] allowed updates."""
 
     def collect(self, n_steps: int, env_steps: int, can_sample: bool = True) -> None:
         """Earn the updates of ``n_steps`` new env steps; ``env_steps``: the run's count after them."""
@@ -267,10 +267,11 @@ def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int
 
 
 class LoopHooks:
-    """Where a multi-process wrapper plugs into :func:`train`; these defaults are the single process's.
+    """Where a multi-process wrapper plugs into [`train`][her_agents.loop.train.train]; these defaults are the
+    single process's.
 
     ``her_agents.distributed.data_parallel.DistContext`` subclasses it for data-parallel training. The loop calls
-    :meth:`should_stop` once per env step and :meth:`before_updates` once per block of updates; the others at
+    ``should_stop`` once per env step and ``before_updates`` once per block of updates; the others at
     set-up, evaluations and checkpoints.
     """
 
@@ -279,16 +280,16 @@ class LoopHooks:
     world_size: int = 1
     """Processes in the run that hold state of their own: a checkpoint is resumed by as many."""
     steps_envs: bool = True
-    """This process steps training envs (:func:`collect`); False: :meth:`collect` brings the env steps from
+    """This process steps training envs (``collect``); False: ``collect`` brings the env steps from
     elsewhere and the loop opens no training envs (the actor-learner's learner)."""
     run_label: str | None = None
     """The algorithm's part of a default run directory name (None: ``algo``)."""
 
     def start(self, run: Run) -> None:
-        """After :func:`start_run` (a resume's checkpoint loaded), before the first step."""
+        """After ``start_run`` (a resume's checkpoint loaded), before the first step."""
 
     def collect(self, run: Run) -> int:
-        """One collection step of the loop; returns the env steps it stored (:func:`collect`: one per env)."""
+        """One collection step of the loop; returns the env steps it stored (``collect``: one per env)."""
         return collect(run)
 
     def share(self, obj: T) -> T:
@@ -307,7 +308,8 @@ class LoopHooks:
         """At each block of updates, before ``schedule.take()``."""
 
     def average_eval(self, ev: dict[str, float]) -> dict[str, float]:
-        """The evaluation result a row logs (:func:`evaluate` of this process's eval envs)."""
+        """The evaluation result a row logs ([`evaluate`][her_agents.loop.train.evaluate] of this process's
+        eval envs)."""
         return ev
 
     def row_extras(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -343,10 +345,11 @@ class LoopHooks:
 
 class EvalLog:
     """The evaluation rows of a run and what they report of the env steps since the previous evaluation: the
-    exploring policy's episode successes (:attr:`train_successes`), the updates' scalar metrics
-    (:attr:`metrics`, the ``metrics`` argument of ``learn_step``), env steps/s and wall time.
+    exploring policy's episode successes (``train_successes``), the updates' scalar metrics
+    (``metrics``, the ``metrics`` argument of ``learn_step``), env steps/s and wall time.
 
-    ``counters``: the run's counters (:func:`new_counters`); :meth:`log` advances ``evals`` and ``wall_time``.
+    ``counters``: the run's counters (``new_counters``); [`log`][her_agents.loop.train.EvalLog.log] advances
+    ``evals`` and ``wall_time``.
     """
 
     def __init__(self, counters: dict[str, Any]) -> None:
@@ -412,8 +415,8 @@ class EvalLog:
 class TrainingState:
     """The objects a checkpoint saves and a resume restores (the config aside).
 
-    Shared by all processes of a run (:meth:`shared`): the agent and the counters. Each process's own
-    (:meth:`own`): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
+    Shared by all processes of a run (``shared``): the agent and the counters. Each process's own
+    (``own``): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
     the start of their current episodes and the eval envs' RNGs, the replay's schedules, the pending updates,
     the evaluation window and the hooks' state; the replay storage goes in a file of its own.
     ``env`` is None in a process without training envs (the Ape-X learner: ``LoopHooks.steps_envs`` False).
@@ -508,7 +511,7 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
     """Train ``cfg.algo`` with HER on ``cfg.env.id`` in this process.
 
     Args:
-        cfg: a config from :func:`her_agents.config.load_config`.
+        cfg: a config from [`her_agents.config.load_config`][].
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
@@ -519,7 +522,8 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
 
     Raises:
         ValueError: a config the agent, replay or env refuse; a run directory that holds a run (without
-            ``overwrite``), cannot be written or is locked by a live run (:class:`RunDirInUse`); a checkpoint of
+            ``overwrite``), cannot be written or is locked by a live run
+            ([`RunDirInUse`][her_agents.run.run_control.RunDirInUse]); a checkpoint of
             a run of another number of processes.
         TrainingStopped: SIGINT or SIGTERM arrived; a checkpoint of the current state was written and the W&B
             run finished as interrupted / terminated.
@@ -531,7 +535,7 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
 
 def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
            cleanup: contextlib.ExitStack) -> TrainResult:
-    """:func:`start_run`, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
+    """``start_run``, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
     the run (``status``) whichever way the loop ends."""
     run = start_run(cfg, resume, overwrite, hooks, cleanup)
     status, crash = "crashed", None
@@ -565,7 +569,7 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
 
 @dataclass
 class Run:
-    """A started run (:func:`start_run`): its training state and what the loop's steps read and advance."""
+    """A started run (``start_run``): its training state and what the loop's steps read and advance."""
 
     cfg: Config
     hooks: LoopHooks
@@ -672,7 +676,8 @@ def _open_envs(cfg: Config, seed: int, cleanup: contextlib.ExitStack,
 def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
              hooks: LoopHooks) -> tuple[str | None, bool]:
     """Load ``saved`` (a checkpoint, or None for a new run) into ``state``. Returns its W&B run id and whether
-    the training envs' RNGs were restored (:meth:`TrainingState.restore`)."""
+    the training envs' RNGs were restored
+    ([`TrainingState.restore`][her_agents.loop.train.TrainingState.restore])."""
     if saved is None:
         return None, False
     own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
@@ -727,7 +732,7 @@ def learn(run: Run, stop: GracefulStop, n_steps: int | None = None) -> None:
 
 def _first_update(run: Run, stop: GracefulStop) -> None:
     """The process's first update: with ``agent.compile`` it compiles, so a signal then waits for it
-    (``stop.busy``) and the main process says so first (:func:`first_learn_step`)."""
+    (``stop.busy``) and the main process says so first (``first_learn_step``)."""
     run.first_update = False
     compiling = run.cfg.agent.compile
     stop.busy = "the first update's compile (1-2 min on an idle core)" if compiling else None
@@ -738,7 +743,8 @@ def _first_update(run: Run, stop: GracefulStop) -> None:
 
 def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]],
                      compile_note: bool) -> None:
-    """:func:`learn_step` for a process's first update: with ``compile_note`` (``agent.compile``), one line first
+    """[`learn_step`][her_agents.loop.train.learn_step] for a process's first update: with ``compile_note``
+    (``agent.compile``), one line first
     says that the update is being compiled (it seems to hang for that long otherwise); the
     warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
     if compile_note:
@@ -775,7 +781,8 @@ def evaluate_and_checkpoint(run: Run, stop: GracefulStop | None = None) -> None:
 
 
 def checkpoint_on_stop(run: Run, stop: GracefulStop) -> TrainingStopped:
-    """After a SIGINT / SIGTERM: checkpoint the current state; returns the :class:`TrainingStopped` to raise."""
+    """After a SIGINT / SIGTERM: checkpoint the current state; returns the
+    [`TrainingStopped`][her_agents.loop.train.TrainingStopped] to raise."""
     run.state.evals.wall_time()
     if run.cfg.log.checkpoint:
         write_checkpoint(run)
@@ -784,7 +791,7 @@ def checkpoint_on_stop(run: Run, stop: GracefulStop) -> TrainingStopped:
 
 
 def write_checkpoint(run: Run) -> None:
-    """Checkpoint the run (:func:`save_training_state`) and tell the logger, which keeps metrics.csv and W&B in
+    """Checkpoint the run (``save_training_state``) and tell the logger, which keeps metrics.csv and W&B in
     step with what a resume would redo."""
     run.state.extra["wandb_id"] = run.logger.run_id or run.wandb_id
     try:

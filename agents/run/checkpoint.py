@@ -4,8 +4,9 @@ A process killed at any moment leaves either the previous complete checkpoint or
 never a half-written file under the checkpoint's name, and no temp file once the next save or resume has run.
 
 A run directory holds ``checkpoint.pt`` and, with ``log.save_replay``, ``replay.npz``. Two files cannot be
-replaced in one atomic step, so :func:`save_run_state` orders the writes such that every kill point leaves a
-matching pair that :func:`load_replay_arrays` finds:
+replaced in one atomic step, so [`save_run_state`][her_agents.run.checkpoint.save_run_state] orders the writes
+such that every kill point leaves a
+matching pair that ``load_replay_arrays`` finds:
 
 1. the replay is written (atomically) to ``replay-<env_steps>.npz``, tagged with ``meta/env_steps``;
 2. ``checkpoint.pt`` is replaced (atomically), its ``counters["env_steps"]`` equal to that tag;
@@ -17,11 +18,11 @@ into place. After 3: ``replay.npz`` matches.
 
 A data-parallel run (torchrun) keeps one ``checkpoint.pt`` (written by rank 0, holding every rank's own state)
 and one replay per rank, ``replay.npz`` for rank 0 and ``replay-rank<r>.npz`` for rank ``r``
-(:func:`replay_name`), each written in the same three steps with the checkpoint in the middle.
+(``replay_name``), each written in the same three steps with the checkpoint in the middle.
 
 The rest of the module is what a checkpoint holds besides the agent: this process's random state
-(:func:`process_rng_state`), the replay as flat arrays (:func:`flatten_arrays`) and, for a resume without the
-replay file, the replay's schedules (:func:`replay_schedule`).
+(``process_rng_state``), the replay as flat arrays (``flatten_arrays``) and, for a resume without the
+replay file, the replay's schedules (``replay_schedule``).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 def write_pending_replay(run_dir: str | os.PathLike, replay_arrays: dict[str, np.ndarray], env_steps: int,
                          name: str = "replay") -> Path:
     """Step 1 of a save: the flat replay arrays to ``<run_dir>/<name>-<env_steps>.npz`` (atomically), tagged with
-    ``meta/env_steps``. Returns that path; :func:`commit_replay` moves it into place once the checkpoint is."""
+    ``meta/env_steps``. Returns that path; ``commit_replay`` moves it into place once the checkpoint is."""
     pending = Path(run_dir) / f"{name}-{int(env_steps)}.npz"
     arrays = {**replay_arrays, "meta/env_steps": np.asarray(int(env_steps), np.int64)}
     write_atomic(pending, lambda f: np.savez_compressed(f, **arrays))
@@ -202,7 +203,7 @@ def load_replay_arrays(run_dir: str | os.PathLike, env_steps: int, name: str = "
     """The flat replay arrays saved with the checkpoint of ``env_steps`` (``None`` if the run saved none).
 
     Finishes a save that was killed between the checkpoint and the replay rename, and removes what a killed
-    save left behind (temp files, replays newer than the checkpoint). ``name``: :func:`replay_name` of the
+    save left behind (temp files, replays newer than the checkpoint). ``name``: ``replay_name`` of the
     process (rank 0 also removes every other temp file of the directory).
 
     Raises:
@@ -268,7 +269,7 @@ def process_rng_state(rng: np.random.Generator | None = None) -> dict[str, Any]:
 
 
 def load_process_rng_state(state: dict[str, Any], rng: np.random.Generator | None = None) -> None:
-    """Restore :func:`process_rng_state` (the keys a checkpoint has; CUDA only on as many devices)."""
+    """Restore ``process_rng_state`` (the keys a checkpoint has; CUDA only on as many devices)."""
     if rng is not None and "numpy" in state:
         rng.bit_generator.state = state["numpy"]
     if "torch" in state:
@@ -294,7 +295,7 @@ def flatten_arrays(d: dict, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def unflatten_arrays(flat: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The nested dict of :func:`flatten_arrays` (0-d and object arrays back to their Python value)."""
+    """The nested dict of ``flatten_arrays`` (0-d and object arrays back to their Python value)."""
     out: dict[str, Any] = {}
     for k, v in flat.items():
         node = out
@@ -319,7 +320,7 @@ def replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
 
 
 def load_replay_schedule(replay: her.HerReplayBuffer, schedule: dict[str, Any]) -> None:
-    """Restore :func:`replay_schedule` into a replay whose storage restarts empty."""
+    """Restore ``replay_schedule`` into a replay whose storage restarts empty."""
     replay.rng.bit_generator.state = schedule["rng"]
     if "n_samples" in schedule and hasattr(replay.sampler, "n_samples"):
         replay.sampler.n_samples = int(schedule["n_samples"])

@@ -9,7 +9,7 @@ offline with one warning line, and the final upload waits at most ``log.wandb.fi
 What W&B was sent is also the run's own record: ``<run_dir>/wandb_sent.json`` holds the W&B run id and the
 ``env_steps`` of the last evaluation row handed to it (rows go in step order), rewritten atomically after each
 send. A resumed run logs the rows its W&B run lacks: those missing from W&B's local logs where they can be read
-(:mod:`her_agents.run.wandb_history`: W&B holds logged rows in memory for a while, so after a kill only its
+(``her_agents.run.wandb_history``: W&B holds logged rows in memory for a while, so after a kill only its
 files say what it kept), else (a wandb without ``wandb.proto``, a format it cannot parse) those after the last
 row the record says was sent.
 """
@@ -77,7 +77,7 @@ def wandb_mode(configured: str) -> str:
     """The W&B mode to use: ``WANDB_MODE`` if set, else the config's; ``auto`` -> online/offline by API key.
 
     Raises:
-        ValueError: a ``WANDB_MODE`` that W&B refuses (:func:`check_wandb_env`).
+        ValueError: a ``WANDB_MODE`` that W&B refuses (``check_wandb_env``).
     """
     check_wandb_env()
     mode = os.environ.get("WANDB_MODE") or configured
@@ -103,7 +103,7 @@ def _first_line(exc: BaseException) -> str:
 class _InheritedService:
     """The W&B service token (``WANDB_SERVICE``) this process inherited from a parent process (a test runner, a
     notebook that used W&B). While that service is gone every ``wandb.init`` fails until its deadline;
-    :meth:`drop` forgets the token once, so that the next init starts this process's own service."""
+    ``drop`` forgets the token once, so that the next init starts this process's own service."""
 
     def __init__(self) -> None:
         self.token = os.environ.get("WANDB_SERVICE")
@@ -124,9 +124,10 @@ class _InheritedService:
 class RunLogger:
     """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.).
 
-    W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
+    W&B gets a row only once it is safe: after the checkpoint that covers it
+    ([`checkpointed`][her_agents.run.logger.RunLogger.checkpointed]), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
-    ``metrics.csv`` rows its W&B run lacks (read from its local logs, else from the run's record :data:`SENT_FILE`),
+    ``metrics.csv`` rows its W&B run lacks (read from its local logs, else from the run's record ``SENT_FILE``),
     so after any stop and ``--resume`` W&B holds every row once, in step order.
     """
 
@@ -428,7 +429,7 @@ class NullLogger:
 
 
 def last_sent_step(run_dir: Path, run_id: str) -> float:
-    """The ``env_steps`` of the last row W&B run ``run_id`` was sent, from ``run_dir``'s :data:`SENT_FILE`: -1
+    """The ``env_steps`` of the last row W&B run ``run_id`` was sent, from ``run_dir``'s ``SENT_FILE``: -1
     when the record is of another W&B run (a fresh run into the directory sent nothing yet); ``inf`` (all sent)
     without a readable record: a run of a version without it sent each row with its checkpoint."""
     try:

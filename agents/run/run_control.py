@@ -1,10 +1,14 @@
 """Owning a run directory and stopping a run cleanly.
 
-- :func:`prepare_run_dir` picks the run directory (``--resume``, ``log.run_dir`` or a fresh default name that
+- [`prepare_run_dir`][her_agents.run.run_control.prepare_run_dir] picks the run directory (``--resume``,
+  ``log.run_dir`` or a fresh default name that
   never collides) and refuses a fresh run into a directory that holds another run;
-- :class:`RunDirLock` keeps two live runs out of one directory (``<run_dir>/.lock``, with the owner's pid);
-- :class:`GracefulStop` turns SIGINT / SIGTERM into a request the training loop answers at the end of an env
-  step (checkpoint, W&B finished as interrupted, :class:`TrainingStopped`).
+- [`RunDirLock`][her_agents.run.run_control.RunDirLock] keeps two live runs out of one directory
+  (``<run_dir>/.lock``, with the owner's pid);
+- [`GracefulStop`][her_agents.run.run_control.GracefulStop] turns SIGINT / SIGTERM into a request the training
+  loop answers at the end of an env
+  step (checkpoint, W&B finished as interrupted,
+  [`TrainingStopped`][her_agents.run.run_control.TrainingStopped]).
 """
 
 from __future__ import annotations
@@ -127,7 +131,8 @@ def prepare_run_dir(env_id: str, algo: str, seed: int, run_dir: str | None, resu
         path = Path(run_dir)
         _make_dir(path)
     else:
-        base = Path("runs") / f"{env_id}-{algo}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        env_name = env_id.rpartition(":")[2]  # "module.path:EnvId-v0" -> "EnvId-v0"
+        base = Path("runs") / f"{env_name}-{algo}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
         for i in range(10_000):
             path = base if i == 0 else base.with_name(f"{base.name}-{i}")
             try:
@@ -162,9 +167,10 @@ class TrainingStopped(Exception):
 
 
 class GracefulStop:
-    """While active (a context manager), SIGINT and SIGTERM set :attr:`signum` instead of stopping the process;
+    """While active (a context manager), SIGINT and SIGTERM set ``signum`` instead of stopping the process;
     the loop checks it after each env step. The first signal is acknowledged at once with a line on stderr (with
-    ``announce``), saying what the stop waits for (:attr:`busy`); a second signal raises ``KeyboardInterrupt`` at
+    ``announce``), saying what the stop waits for ([`busy`][her_agents.run.run_control.GracefulStop.busy]); a
+    second signal raises ``KeyboardInterrupt`` at
     once. Outside the main thread (where Python cannot install handlers) it does nothing."""
 
     def __init__(self, announce: bool = True) -> None:
