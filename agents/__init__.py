@@ -8,7 +8,7 @@ The package face, for a script or a notebook::
 
 The wings behind it: [`her_agents.algos`][] (the ``Agent`` protocol, one file per algorithm, the registry),
 [`her_agents.loop`][] (the training loop and collection), [`her_agents.run`][] (run directory, checkpoints,
-logging, video), [`her_agents.dist`][] (data-parallel and actor-learner training under torchrun), and
+logging, video), [`her_agents.distributed`][] (data-parallel and actor-learner training under torchrun), and
 [`her_agents.config`][] (the typed config). The names below load on first use, so that ``import her_agents``
 (and the command-line tools) stays light.
 """
@@ -19,7 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .algos.base import Agent, AgentConfig
+    from .algos.base import Agent
+    from .algos.configs import AgentConfig
     from .algos.registry import agent_from_checkpoint, make_agent
     from .config import Config, load_config
     from .loop.train import TrainResult, evaluate, train
@@ -40,7 +41,7 @@ __all__ = [
 
 _WHERE = {
     "Agent": ".algos.base",
-    "AgentConfig": ".algos.base",
+    "AgentConfig": ".algos.configs",
     "Config": ".config",
     "TrainResult": ".loop.train",
     "agent_from_checkpoint": ".algos.registry",

@@ -24,18 +24,18 @@ DEFAULT_CONFIG = "fetch_push_sac"
 def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
-    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering [`her_agents.dist`][]."""
+    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering [`her_agents.distributed`][]."""
     if cfg.dist.mode == "actor_learner":
-        from .dist.actor_learner import train_actor_learner
+        from .distributed.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
     from .run.run_control import launch_int
 
-    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
+    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.distributed.data_parallel.rendezvous_env reads it
         from .loop.train import train
 
         return train(cfg, resume, overwrite)
-    from .dist.distributed import train_data_parallel
+    from .distributed.data_parallel import train_data_parallel
 
     return train_data_parallel(cfg, resume, overwrite)
 
@@ -179,15 +179,16 @@ def train_main(argv: list[str] | None = None) -> int:
         args.config = None
 
     from .config import config_yaml, load_config
-    from .run.logger import check_wandb_env
-    from .run.video import prepare_gl
 
     try:
         cfg = _resumed_config(args) if args.resume else load_config(args.config or DEFAULT_CONFIG, args.overrides)
         if cfg is None:
             return 0
-        if args.print_config:
+        if args.print_config:  # torch-free (but for --resume, which reads the checkpoint)
             return print_to_pipe(config_yaml(cfg))
+        from .run.logger import check_wandb_env
+        from .run.video import prepare_gl
+
         prepare_gl(video=cfg.log.video_every > 0)  # before `import mujoco`, which loads MUJOCO_GL's library
         check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
     except (ValueError, FileNotFoundError, RuntimeError) as exc:  # one line, no usage text: the message says

@@ -38,7 +38,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from .algos.base import AgentConfig
+from .algos.configs import AgentConfig, algo_name, config_class
 from .fields import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
@@ -310,8 +310,8 @@ class DistConfig:
     """Multi-process training under ``torchrun`` (ignored in a plain single-process run)."""
 
     mode: DistMode = "data_parallel"
-    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/dist/distributed.py``).
-    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/dist/actor_learner.py``)."""
+    """data_parallel: every rank collects and learns, gradients all-reduced (``agents/distributed/data_parallel.py``).
+    actor_learner: rank 0 learns, the other ranks only collect (Ape-X, ``agents/distributed/actor_learner.py``)."""
     backend: DistBackend = "auto"
     """Collective backend of data_parallel: auto (nccl with CUDA, else gloo) | gloo | nccl."""
     weight_sync_every: int = 50
@@ -363,7 +363,6 @@ class Config:
                 or one it refuses, an ``agent`` of another algorithm's dataclass, a replay value ``her``
                 refuses, ``train.batch_size`` above ``replay.capacity``.
         """
-        from .algos.registry import algo_name, config_class
 
         self.algo = algo_name(convert(self.algo, str, "algo"))
         if isinstance(self.agent, Mapping):
@@ -405,7 +404,6 @@ def agent_section(algo: str, values: Mapping[str, Any]) -> AgentConfig:
             does not have (with the valid ones), a value of the wrong type, not among the choices or out of
             range (the dataclass's own checks).
     """
-    from .algos.registry import config_class
 
     config_cls = config_class(algo)
     names = [f.name for f in dataclasses.fields(config_cls)]
@@ -458,7 +456,7 @@ def config_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(config_dict(cfg)))
 
 
-#: ``her``'s argument names in its error messages -> the config key
+#: ``her``'s argument names (``her.ParameterError.param``) -> the config key
 _HER_KEYS = {"n_sampled_goal": "replay.n_sampled_goal",
              "other_desired_fraction": "replay.other_desired_fraction", "n_step": "replay.n_step",
              "gamma": "train.gamma", "alpha": "replay.alpha", "beta0": "replay.beta0", "eps": "replay.eps",
@@ -493,11 +491,10 @@ def check_replay(replay: ReplayConfig, gamma: float) -> None:
     for build, keys in pieces:
         try:
             build()
+        except her.ParameterError as exc:  # names her's argument: say the config key instead
+            raise ValueError(f"{keys[exc.param]} {exc.detail}" if exc.param in keys else f"replay: {exc}") from None
         except ValueError as exc:
-            msg = str(exc)
-            name = msg.split(" ", 1)[0]
-            keyed = f"{keys[name]}{msg[len(name):]}" if name in keys else f"replay: {msg}"
-            raise ValueError(keyed) from None
+            raise ValueError(f"replay: {exc}") from None
 
 
 def config_dir() -> Traversable:

@@ -33,7 +33,8 @@ recomputed for relabeled goals.
 Importing ``her`` imports neither torch, gymnasium nor wandb.
 """
 
-from .buffer import Batch, HerReplayBuffer, check_compute_reward, resolve_pieces
+from ._util import ParameterError
+from .buffer import Batch, HerReplayBuffer, check_compute_reward
 from .goals import MinDensityGoals, ValueFn
 from .relabel import (
     EpisodeGoals,
@@ -68,6 +69,7 @@ __all__ = [
     "NStepReturn",
     "NoRelabel",
     "OneStepReturn",
+    "ParameterError",
     "PrioritizedSampler",
     "RelabelStrategy",
     "Relabeler",
@@ -82,7 +84,6 @@ __all__ = [
     "check_compute_reward",
     "make_relabeler",
     "make_returns",
-    "resolve_pieces",
     "storage_from_env",
     "trajectory_energy",
 ]

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["check_real", "filled", "refuse_complex"]
+__all__ = ["ParameterError", "check_real", "filled", "refuse_complex"]
 
 _CACHED_MAX = 1 << 16  # batch sizes up to this reuse a template; larger ones are rare and would pin memory
 
@@ -18,6 +18,17 @@ def _template(n: int, value: float, dtype: str) -> np.ndarray:
     t = np.full(n, value, dtype)
     t.flags.writeable = False
     return t
+
+
+class ParameterError(ValueError):
+    """An argument of a ``her`` constructor or factory out of its range. ``param`` names the argument (e.g.
+    ``"beta0"``) and ``detail`` says the rest (``"must be in [0, 1], got 2.0"``); the message is both,
+    ``"beta0 must be in [0, 1], got 2.0"``. A layer above (a run config) reads ``param`` to name its own key.
+    """
+
+    def __init__(self, param: str, detail: str) -> None:
+        super().__init__(f"{param} {detail}")
+        self.param, self.detail = param, detail
 
 
 def filled(n: int, value: float, dtype: str) -> np.ndarray:
@@ -43,11 +54,11 @@ def check_real(name: str, value: object, what: str, low: float = -math.inf, high
 
     Raises:
         TypeError: not a real number (a string, None, an array, a bool).
-        ValueError: outside the interval, or NaN.
+        ParameterError: outside the interval, or NaN.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
     v = float(value)
     if not ((low < v) if low_open else (low <= v)) or not ((v < high) if high_open else (v <= high)):
-        raise ValueError(f"{name} must be {what}, got {value}")
+        raise ParameterError(name, f"must be {what}, got {value}")
     return v

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from ._util import filled
-from .relabel import Relabeler, make_relabeler
+from .relabel import Relabeler, RelabelStrategy, make_relabeler
 from .returns import Returns, RewardFn, SuccessFn, TerminatedFn, make_returns
 from .samplers import Sampler, UniformSampler
 from .storage import EpisodeStorage, check_is_storage
 from .writer import EpisodeWriter
 
-__all__ = ["Batch", "HerReplayBuffer", "check_compute_reward", "check_goal_fn_signature", "resolve_pieces"]
+__all__ = ["Batch", "HerReplayBuffer", "check_compute_reward", "check_goal_fn_signature"]
 
 
 @dataclass
@@ -181,11 +181,14 @@ def _refuse_non_finite(reward: np.ndarray, slots: np.ndarray) -> None:
 class HerReplayBuffer:
     """HER replay over an ``EpisodeStorage``: sample transitions, relabel goals, build (n-step) returns.
 
-    The three pieces can be passed as objects (any class with the methods of [`her.Sampler`][],
-    [`her.Relabeler`][], [`her.Returns`][]) or built from the shorthand arguments, resolved in one place
-    ([`resolve_pieces`][her.buffer.resolve_pieces]): ``strategy`` / ``n_sampled_goal`` /
-    ``other_desired_fraction`` ->
-    ``relabeler``, ``n_step`` / ``gamma`` / ``stop_at_success`` / ``compute_success`` -> ``returns``.
+    Built from its pieces: ``sampler``, ``relabeler`` and ``returns`` are objects (any class with the methods of
+    ``her.Sampler``, ``her.Relabeler``, ``her.Returns``). The shorthand arguments are a thin
+    factory over them, nothing more: the relabel ones given (``strategy``, ``n_sampled_goal``,
+    ``other_desired_fraction``) go to ``her.make_relabeler``, the return ones (``n_step``, ``gamma``,
+    ``stop_at_success``, ``compute_success``) to ``her.make_returns``, and a shorthand left out takes that
+    factory's default (the defaults below are theirs). So ``HerReplayBuffer(storage, f, strategy="final",
+    n_step=3)`` is ``HerReplayBuffer(storage, f, relabeler=make_relabeler("final"), returns=make_returns(3))``.
+    A piece and a shorthand of its own are not given together.
 
     Args:
         storage: the ``EpisodeStorage``.
@@ -200,19 +203,23 @@ class HerReplayBuffer:
             (the episode's real end). Pass it for envs that end episodes on success; Fetch never terminates.
         sampler: which transitions; default ``UniformSampler()`` (``PrioritizedSampler()`` for PER). The buffer
             attaches it to ``storage`` (``sampler.attach(storage)``).
-        relabeler: which goals (goal storages); default ``make_relabeler(strategy, n_sampled_goal, ...)``.
-        returns: which returns; default ``make_returns(n_step, gamma, stop_at_success, compute_success)``.
-        strategy: a [`RelabelStrategy`][her.relabel.RelabelStrategy] or its value "future", "final",
-            "episode", "mixed".
-        n_sampled_goal: k; relabel probability k / (k + 1). 0 disables relabeling.
-        other_desired_fraction: strategy "mixed": share of relabeled goals taken from stored desired goals.
-        n_step: n >= 1. The return of transition t with goal g' is ``sum_{j<m} gamma^j r_{t+j}`` with
-            ``m = min(n, T - t, steps to the first termination)``, bootstrapped from ``s_{t+m}`` with discount
-            ``gamma^m`` unless terminated (see ``her.returns``).
-        gamma: discount factor in (0, 1].
-        stop_at_success: end the n-step window at the first step whose next state achieves the goal (Yang et
-            al. 2021, "Bias-reduced multi-step hindsight experience replay"); needs ``compute_success``.
-        compute_success: vectorized success function (see ``SuccessFn``).
+        relabeler: which goals (goal storages only); default ``make_relabeler(**the relabel shorthands given)``
+            (``FutureGoals(4)`` when none is). A goal-free storage relabels nothing (``relabeler`` None).
+        returns: which returns; default ``make_returns(**the return shorthands given)`` (``OneStepReturn(0.98)``
+            when none is).
+        strategy: shorthand: a ``her.relabel.RelabelStrategy`` or its value "future" (default),
+            "final", "episode", "mixed".
+        n_sampled_goal: shorthand: k (default 4); relabel probability k / (k + 1). 0 disables relabeling.
+        other_desired_fraction: shorthand, strategy "mixed": share of relabeled goals taken from stored desired
+            goals (default 0.5).
+        n_step: shorthand: n >= 1 (default 1). The return of transition t with goal g' is
+            ``sum_{j<m} gamma^j r_{t+j}`` with ``m = min(n, T - t, steps to the first termination)``,
+            bootstrapped from ``s_{t+m}`` with discount ``gamma^m`` unless terminated (see ``her.returns``).
+        gamma: shorthand: discount factor in (0, 1] (default 0.98).
+        stop_at_success: shorthand: end the n-step window at the first step whose next state achieves the goal
+            (Yang et al. 2021, "Bias-reduced multi-step hindsight experience replay"); needs ``compute_success``
+            (default False).
+        compute_success: shorthand: vectorized success function (see ``SuccessFn``).
         seed: seed (an integer >= 0, or None) of the buffer's numpy Generator.
 
     Attributes:
@@ -236,12 +243,12 @@ class HerReplayBuffer:
         sampler: Sampler | None = None,
         relabeler: Relabeler | None = None,
         returns: Returns | None = None,
-        strategy: str = "future",
-        n_sampled_goal: int = 4,
-        other_desired_fraction: float = 0.5,
-        n_step: int = 1,
-        gamma: float = 0.98,
-        stop_at_success: bool = False,
+        strategy: RelabelStrategy | str | None = None,
+        n_sampled_goal: int | None = None,
+        other_desired_fraction: float | None = None,
+        n_step: int | None = None,
+        gamma: float | None = None,
+        stop_at_success: bool | None = None,
         compute_success: SuccessFn | None = None,
         compute_terminated: TerminatedFn | None = None,
         seed: int | None = None,
@@ -251,10 +258,13 @@ class HerReplayBuffer:
             raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
         self.storage = storage
         self.writer = EpisodeWriter(storage)
-        self.sampler, self.relabeler, self.returns = resolve_pieces(
-            storage, sampler, relabeler, returns, strategy=strategy, n_sampled_goal=n_sampled_goal,
-            other_desired_fraction=other_desired_fraction, n_step=n_step, gamma=gamma,
-            stop_at_success=stop_at_success, compute_success=compute_success)
+        relabel = _given(strategy=strategy, n_sampled_goal=n_sampled_goal,
+                         other_desired_fraction=other_desired_fraction)
+        self.sampler = _attached_sampler(storage, sampler)
+        self.relabeler = _relabeler(storage, relabeler, relabel)
+        self.returns = _piece(returns, "returns", "build(storage, slots, records, goals, compute_reward)",
+                              make_returns, _given(n_step=n_step, gamma=gamma, stop_at_success=stop_at_success,
+                                                   compute_success=compute_success))
         if storage.has_goals:
             if compute_reward is None:
                 raise ValueError("a goal storage needs compute_reward(achieved_goal, desired_goal, info)")
@@ -424,61 +434,40 @@ class HerReplayBuffer:
         self.writer.discard_in_progress()
 
 
-_DEFAULTS = {"strategy": "future", "n_sampled_goal": 4, "other_desired_fraction": 0.5, "n_step": 1, "gamma": 0.98,
-             "stop_at_success": False, "compute_success": None}
+def _given(**shorthands: Any) -> dict[str, Any]:
+    """The shorthand arguments given (not None)."""
+    return {k: v for k, v in shorthands.items() if v is not None}
 
 
-def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, relabeler: Relabeler | None = None,
-                   returns: Returns | None = None, **shorthands: Any) -> tuple[Sampler, Relabeler | None, Returns]:
-    """The one place where ``HerReplayBuffer``'s shorthand arguments become pieces.
+def _piece(piece: Any, name: str, method: str, factory: Callable[..., Any], given: dict[str, Any]) -> Any:
+    """``piece``, or ``factory(**given)`` when it is None; refuses both, and a piece without its method."""
+    if piece is None:
+        return factory(**given)
+    if given:
+        raise ValueError(f"pass {name}= or its shorthand {', '.join(sorted(given))}, not both")
+    if not callable(getattr(piece, method.split("(")[0], None)):
+        raise TypeError(f"{name} must have a {method} method, got {piece!r}")
+    return piece
 
-    Args:
-        storage: the storage the pieces work on.
-        sampler: the sampler as an object (None: uniform, or prioritized from the shorthands); attached to
-            ``storage`` here.
-        relabeler: the relabeler as an object (None: build from the shorthands).
-        returns: the returns as an object (None: build from the shorthands).
-        shorthands: ``strategy``, ``n_sampled_goal``, ``other_desired_fraction`` (relabeler) and ``n_step``,
-            ``gamma``, ``stop_at_success``, ``compute_success`` (returns), as in ``HerReplayBuffer``.
-    Returns:
-        ``(sampler, relabeler or None for a goal-free storage, returns)``.
-    Raises:
-        ValueError: a piece given together with a non-default shorthand of its own, a sampler attached to another
-            storage, a relabeler or a non-default relabel shorthand (other than ``n_sampled_goal=0``) for a
-            goal-free storage, bad shorthand values.
-    """
-    kw = {**_DEFAULTS, **shorthands}
-    changed = {k for k in _DEFAULTS if kw[k] is not _DEFAULTS[k] and kw[k] != _DEFAULTS[k]}
-    for piece, name, keys in ((relabeler, "relabeler", ("strategy", "n_sampled_goal", "other_desired_fraction")),
-                              (returns, "returns", ("n_step", "gamma", "stop_at_success", "compute_success"))):
-        clash = sorted(changed.intersection(keys) - ({"compute_success"} if name == "returns" and
-                                                     not kw["stop_at_success"] else set()))
-        if piece is not None and clash:
-            raise ValueError(f"pass {name}= or its shorthand {', '.join(clash)}, not both")
-    if sampler is None:
-        sampler = UniformSampler()
-    elif not callable(getattr(sampler, "sample", None)):
-        raise TypeError(f"sampler must have a sample(storage, batch_size, rng) method, got {sampler!r}")
+
+def _attached_sampler(storage: EpisodeStorage, sampler: Sampler | None) -> Sampler:
+    """``sampler`` (default ``UniformSampler()``) attached to ``storage`` where it has an ``attach``."""
+    sampler = _piece(sampler, "sampler", "sample(storage, batch_size, rng)", UniformSampler, {})
     attach = getattr(sampler, "attach", None)  # optional for samplers of your own
     if attach is not None:
         attach(storage)
-    if relabeler is None:
-        relabeler = make_relabeler(kw["strategy"], kw["n_sampled_goal"], kw["other_desired_fraction"])
-        asked = sorted(changed.intersection(("strategy", "n_sampled_goal", "other_desired_fraction")))
-        if not storage.has_goals and asked and kw["n_sampled_goal"] != 0:
-            raise ValueError(f"{', '.join(asked)} relabel goals, but this storage was built without goal_shape "
-                             "(a goal-free storage samples its transitions as stored)")
-        if not storage.has_goals:
-            relabeler = None
-    elif not storage.has_goals:
+    return sampler
+
+
+def _relabeler(storage: EpisodeStorage, relabeler: Relabeler | None, given: dict[str, Any]) -> Relabeler | None:
+    """The relabeler of a goal storage; None for a goal-free one, which refuses a relabeler and any relabel
+    shorthand but ``n_sampled_goal=0`` (HER would silently be off)."""
+    if storage.has_goals:
+        return _piece(relabeler, "relabeler", "relabel(storage, slots, records, rng)", make_relabeler, given)
+    if relabeler is not None:
         raise ValueError("a relabeler needs a goal storage (this one was built without goal_shape)")
-    elif not callable(getattr(relabeler, "relabel", None)):
-        raise TypeError(f"relabeler must have a relabel(storage, slots, records, rng) method, got {relabeler!r}")
-    if returns is None:
-        if kw["stop_at_success"] and (kw["compute_success"] is None or not storage.has_goals):
-            raise ValueError("stop_at_success needs a goal storage and compute_success(achieved_goal, desired_goal)")
-        returns = make_returns(kw["n_step"], kw["gamma"], kw["stop_at_success"], kw["compute_success"])
-    elif not callable(getattr(returns, "build", None)):
-        raise TypeError(f"returns must have a build(storage, slots, records, goals, compute_reward) method, "
-                        f"got {returns!r}")
-    return sampler, relabeler, returns
+    make_relabeler(**given)  # the values are checked all the same
+    if given and given.get("n_sampled_goal") != 0:
+        raise ValueError(f"{', '.join(sorted(given))} relabel goals, but this storage was built without goal_shape "
+                         "(a goal-free storage samples its transitions as stored)")
+    return None

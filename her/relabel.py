@@ -32,6 +32,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._util import ParameterError
 from .storage import EpisodeStorage
 
 if sys.version_info >= (3, 11):
@@ -93,7 +94,7 @@ class RelabelStrategy(StrEnum):
 def _check_k(n_sampled_goal: object) -> int:
     if (isinstance(n_sampled_goal, bool) or not isinstance(n_sampled_goal, (int, float, np.integer, np.floating))
             or int(n_sampled_goal) != n_sampled_goal or n_sampled_goal < 0):
-        raise ValueError(f"n_sampled_goal (k) must be an integer >= 0, got {n_sampled_goal!r}")
+        raise ParameterError("n_sampled_goal", f"(k) must be an integer >= 0, got {n_sampled_goal!r}")
     return int(n_sampled_goal)
 
 
@@ -186,7 +187,7 @@ class MixedGoals(FutureGoals):
         super().__init__(n_sampled_goal)
         f = other_desired_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float, np.number)) or not 0.0 <= float(f) <= 1.0:
-            raise ValueError(f"other_desired_fraction must be a number in [0, 1], got {f!r}")
+            raise ParameterError("other_desired_fraction", f"must be a number in [0, 1], got {f!r}")
         self.other_desired_fraction = float(f)
 
     def relabel(self, storage, slots, records, rng, next_slots=None):

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._util import filled
+from ._util import ParameterError, filled
 from .storage import EpisodeStorage
 
 __all__ = ["NStepReturn", "OneStepReturn", "ReturnBatch", "Returns", "RewardFn", "SuccessFn", "TerminatedFn",
@@ -122,7 +122,7 @@ def terminals(compute_terminated: TerminatedFn, achieved_goal: np.ndarray, goals
 
 def _check_gamma(gamma: float) -> float:
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.number)) or not 0 < gamma <= 1:
-        raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
+        raise ParameterError("gamma", f"must be in (0, 1], got {gamma!r}")
     return float(gamma)
 
 
@@ -176,7 +176,7 @@ class NStepReturn:
     def __init__(self, n_step: int = 3, gamma: float = 0.98, stop_at_success: bool = False,
                  compute_success: SuccessFn | None = None) -> None:
         if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)) or n_step < 1:
-            raise ValueError(f"n_step must be an integer >= 1, got {n_step!r}")
+            raise ParameterError("n_step", f"must be an integer >= 1, got {n_step!r}")
         if stop_at_success and compute_success is None:
             raise ValueError("stop_at_success needs a goal storage and compute_success(achieved_goal, desired_goal)")
         self.n_step, self.gamma = int(n_step), _check_gamma(gamma)

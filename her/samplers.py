@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ._util import check_real, filled
+from ._util import ParameterError, check_real, filled
 from .storage import EpisodeStorage, check_is_storage
 from .trees import SumTree
 
@@ -213,17 +213,17 @@ class PrioritizedSampler:
         branching: int = 16,
     ) -> None:
         if int(beta_annealing_steps) != beta_annealing_steps or beta_annealing_steps < 0:
-            raise ValueError(f"beta_annealing_steps must be an integer >= 0 (0: no annealing), got "
-                             f"{beta_annealing_steps!r}")
+            raise ParameterError("beta_annealing_steps", f"must be an integer >= 0 (0: no annealing), got "
+                                 f"{beta_annealing_steps!r}")
         check_real("alpha", alpha, "a finite number >= 0", 0.0, math.inf, False, True)
         check_real("beta0", beta0, "in [0, 1]", 0.0, 1.0)
         check_real("eps", eps, "a finite number > 0", 0.0, math.inf, True, True)
         if td_error_clip is not None:
             check_real("td_error_clip", td_error_clip, "a finite number > 0 or None", 0.0, math.inf, True, True)
         if not float(eps) ** float(alpha) > 0:  # a zero priority would make a stored transition unsampleable
-            raise ValueError(f"eps ** alpha underflows to 0 (eps = {eps}, alpha = {alpha}): raise eps")
+            raise ParameterError("eps", f"** alpha underflows to 0 (eps = {eps}, alpha = {alpha}): raise eps")
         if int(branching) != branching or branching < 2:
-            raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
+            raise ParameterError("branching", f"must be an integer >= 2, got {branching!r}")
         self.alpha, self.beta0, self.eps = float(alpha), float(beta0), float(eps)
         self.beta_annealing_steps = int(beta_annealing_steps)
         self.td_error_clip = td_error_clip
@@ -449,7 +449,7 @@ def trajectory_energy(achieved_goal: np.ndarray, dt: float, clip_energy: float =
     check_real("gravity", gravity, "a finite number", -math.inf, math.inf, True, True)
     check_real("kinetic_weight", kinetic_weight, "a finite number >= 0", 0.0, math.inf, False, True)
     if isinstance(height_axis, (bool, np.bool_)) or height_axis not in (0, 1, 2):
-        raise ValueError(f"height_axis must be 0, 1 or 2, got {height_axis!r}")
+        raise ParameterError("height_axis", f"must be 0, 1 or 2, got {height_axis!r}")
     if not np.isfinite(p[..., :3]).all():
         raise ValueError("achieved_goal must be finite, got NaN or inf in the positions")
     p = p[..., :3]
@@ -500,9 +500,9 @@ class EnergySampler:
         check_real("eps", eps, "a finite number > 0", 0.0, math.inf, True, True)
         check_real("exponent", exponent, "a number in (0, 10]", 0.0, 10.0, True, False)
         if not float(eps) ** float(exponent) > 0:  # a zero priority would make a stored episode unsampleable
-            raise ValueError(f"exponent {exponent} with eps {eps}: eps ** exponent underflows to 0, raise eps")
+            raise ParameterError("exponent", f"{exponent} with eps {eps}: eps ** exponent underflows to 0, raise eps")
         if isinstance(branching, bool) or int(branching) != branching or branching < 2:
-            raise ValueError(f"branching must be an integer >= 2, got {branching!r}")
+            raise ParameterError("branching", f"must be an integer >= 2, got {branching!r}")
         self.dt, self.clip_energy, self.eps = float(dt), float(clip_energy), float(eps)
         self.gravity, self.height_axis, self.branching = float(gravity), int(height_axis), int(branching)
         self.kinetic_weight, self.exponent = float(kinetic_weight), float(exponent)

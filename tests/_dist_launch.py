@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import her_agents.dist.distributed as dist_mod
+import her_agents.distributed.data_parallel as dist_mod
 import her_agents.loop.train as train_mod
 from her_agents.cli import train_main
 

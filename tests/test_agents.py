@@ -540,7 +540,7 @@ def test_state_dict_round_trip(algo):
 def test_agent_protocol_networks_optimizers_and_policy_state(algo):
     """What the loop, the data-parallel wrapper and the actor-learner use: the ``Agent`` protocol, the networks
     and optimizers by name, and the policy state an actor loads (acting identically afterwards)."""
-    from her_agents.dist.distributed import DataParallelAgent
+    from her_agents.distributed.data_parallel import DataParallelAgent
 
     agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
     assert isinstance(agent, Agent) and isinstance(DataParallelAgent(agent, {}), Agent)

@@ -356,3 +356,47 @@ def test_a_misspelled_key_gets_the_closest_valid_key(override, expect):
 def test_a_batch_larger_than_the_replay_names_the_capacity():
     with pytest.raises(ValueError, match=r"^train.batch_size must be in \[1, replay.capacity\] = \[1, 100\], got 256"):
         load_config("fetch_reach_ddpg", ["replay.capacity=100"])
+
+
+def test_her_errors_name_their_parameter_in_a_field():
+    """``her``'s range errors carry the argument's name (``.param``), which the config layer maps to its key
+    without reading the message."""
+    cases = [(lambda: her.PrioritizedSampler(beta0=2.0), "beta0"), (lambda: her.make_returns(0, 0.9), "n_step"),
+             (lambda: her.make_returns(1, 1.5), "gamma"), (lambda: her.MixedGoals(4, 2.0), "other_desired_fraction"),
+             (lambda: her.EnergySampler(dt=0.04, exponent=20.0), "exponent"),
+             (lambda: her.PrioritizedSampler(eps=1e-300, alpha=5.0), "eps")]
+    for build, param in cases:
+        with pytest.raises(her.ParameterError) as info:
+            build()
+        assert isinstance(info.value, ValueError) and info.value.param == param
+        assert str(info.value) == f"{param} {info.value.detail}"
+
+
+def test_check_replay_keys_come_from_the_error_field(monkeypatch):
+    """A message that does not start with the argument's name still gets the right key (nothing is split)."""
+    from her_agents import config as config_mod
+
+    def refuse(*args, **kwargs):
+        raise her.ParameterError("beta0", "must be in [0, 1], got 2.0 (whatever the wording)")
+
+    monkeypatch.setattr(her, "PrioritizedSampler", refuse)
+    with pytest.raises(ValueError, match=r"^replay\.beta0 must be in \[0, 1\], got 2\.0 \(whatever the wording\)$"):
+        config_mod.check_replay(ReplayConfig(), 0.98)
+
+
+@pytest.mark.parametrize("code", [
+    "import her_agents.config",
+    "import sys; from her_agents.cli import train_main; sys.argv = ['her-train', '--print-config']; train_main()",
+    "import sys; from her_agents.cli import train_main; sys.argv = ['her-train', 'fetch_reach_ddpg', 'algo=tqc', "
+    "'--print-config']; train_main()",
+    "from her_agents.config import load_config; load_config('fetch_push_ddpg', ['algo=td3'])",
+])
+def test_config_and_print_config_import_no_torch(code):
+    """The config layer and ``her-train --print-config`` import no torch (nor wandb, gymnasium): they answer in
+    well under a second instead of torch's import time."""
+    import subprocess
+    import sys
+
+    probe = f"{code}\nimport sys\nprint('HEAVY', sorted(m for m in ('torch', 'wandb', 'gymnasium') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "HEAVY []", out[-300:]

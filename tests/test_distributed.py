@@ -15,7 +15,7 @@ import pytest
 
 from her_agents.cli import train_main
 from her_agents.config import load_config
-from her_agents.dist.distributed import init_distributed, rendezvous_env
+from her_agents.distributed.data_parallel import init_distributed, rendezvous_env
 from her_agents.run.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -138,6 +138,76 @@ def test_actor_learner_stores_every_episode_once_and_actors_follow_weights(tmp_p
     assert len(learner["published"]) > 1
 
 
+def test_actor_learner_resume_continues_the_learners_run(tmp_path):
+    """``--resume`` of an actor-learner run is the loop's resume: the learner's agent, replay and counters
+    continue from its checkpoint, rows follow on in order, and any number of actors resume it (here 1 of 2)."""
+    run_dir, args = tmp_path / "run", ["dist.mode=actor_learner", "dist.weight_sync_every=10",
+                                       "train.total_env_steps=300", "train.eval_every=150", "log.save_replay=true",
+                                       *TINY]
+    proc = _torchrun(3, args, run_dir, tmp_path / "dump1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = load_checkpoint(run_dir / "checkpoint.pt")
+    done = first["counters"]["env_steps"]
+    assert done >= 300 and first["world_size"] == 1 and first["hooks"]["weights_version"] > 1
+
+    proc = _torchrun(2, ["train.total_env_steps=600"], run_dir, tmp_path / "dump2", resume=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed at {done} env steps" in proc.stdout + proc.stderr
+    learner, actor = _json(tmp_path / "dump2" / "learner.json"), _json(tmp_path / "dump2" / "actor1.json")
+    assert learner["received"] == {"1": actor["sent"]} and actor["sent"] > 0 and learner["duplicates"] == 0
+    # the replay restored from the checkpoint, then every episode the actor sent
+    assert learner["n_episodes_added"] == first["counters"]["episodes"] + actor["sent"]
+    final = load_checkpoint(run_dir / "checkpoint.pt")
+    assert final["counters"]["env_steps"] >= 600 and final["counters"]["updates"] > first["counters"]["updates"]
+    assert final["counters"]["episodes"] == final["counters"]["env_steps"] // 50
+    assert min(map(int, learner["published"])) == first["hooks"]["weights_version"] + 1  # versions continue
+    steps = [int(r["env_steps"]) for r in _rows(run_dir)]
+    assert steps == sorted(set(steps)) and steps[0] >= 150 and steps[-1] == final["counters"]["env_steps"], steps
+    assert any(s <= done for s in steps) and any(s > done for s in steps)
+
+
+def test_actor_learner_stops_on_a_signal_with_a_checkpoint_and_resumes(tmp_path):
+    """SIGTERM to torchrun (as a scheduler sends it) reaches every rank: the learner's loop checkpoints and
+    stops as one process does (exit 143, "stopped by SIGTERM"), the actors return; the run then resumes."""
+    import signal
+    import time
+
+    run_dir, dump, log = tmp_path / "run", tmp_path / "dump", tmp_path / "log.txt"
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "HER_DIST_DUMP": str(dump),
+           "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
+           str(HERE / "_dist_launch.py"), "fetch_reach_ddpg", f"log.run_dir={run_dir}", "dist.mode=actor_learner",
+           "train.total_env_steps=100000", "train.eval_every=100", *TINY]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        try:
+            deadline = time.monotonic() + 400
+            while not (run_dir / "checkpoint.pt").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert "her-train: stopped by SIGTERM at" in text, text[-3000:]
+    assert "Traceback" not in text.split("her-train: stopped by SIGTERM")[0][-2000:]
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    stopped_at = state["counters"]["env_steps"]
+    assert 100 <= stopped_at < 100000
+    assert int(_rows(run_dir)[-1]["env_steps"]) <= stopped_at  # every row kept is covered by the checkpoint
+    for r in (1, 2):  # the actors returned (their dumps are written after a clean shutdown)
+        assert _json(dump / f"actor{r}.json")["sent"] > 0
+
+    proc = _torchrun(3, [f"train.total_env_steps={stopped_at + 200}"], run_dir, tmp_path / "dump2", resume=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = load_checkpoint(run_dir / "checkpoint.pt")
+    assert final["counters"]["env_steps"] >= stopped_at + 200
+    steps = [int(r["env_steps"]) for r in _rows(run_dir)]
+    assert steps == sorted(set(steps)), steps
+
+
 @pytest.mark.slow
 def test_actor_learner_fetch_reach_reaches_090(tmp_path):
     run_dir, dump = tmp_path / "run", tmp_path / "dump"
@@ -201,7 +271,7 @@ def test_process_group_that_cannot_form_times_out_with_a_clear_error():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    code = "from her_agents.dist.distributed import init_distributed; init_distributed('gloo', timeout_s=3)"
+    code = "from her_agents.distributed.data_parallel import init_distributed; init_distributed('gloo', timeout_s=3)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
                           cwd=ROOT, check=False)
     assert proc.returncode != 0
@@ -214,7 +284,7 @@ def test_a_single_process_never_enters_the_distributed_code(monkeypatch):
 
 
 def test_actor_learner_needs_two_processes(monkeypatch):
-    from her_agents.dist.actor_learner import train_actor_learner
+    from her_agents.distributed.actor_learner import train_actor_learner
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ValueError, match="at least 2 processes"):

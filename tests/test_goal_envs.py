@@ -14,7 +14,7 @@ import torch
 import her
 from her_agents.algos.base import q_clip_for_env, td_target_bounds
 from her_agents.config import load_config
-from her_agents.dist.actor_learner import _episode
+from her_agents.distributed.actor_learner import _episode
 from her_agents.loop.collect import choose_action, collect_step
 from her_agents.loop.train import build_replay, evaluate
 from her_envs import (

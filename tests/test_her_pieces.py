@@ -223,3 +223,34 @@ def test_every_her_module_has_a_curated_all():
     for piece in ("EpisodeStorage", "EpisodeWriter", "UniformSampler", "PrioritizedSampler", "FutureGoals",
                   "NStepReturn", "HerReplayBuffer", "Batch", "RelabelStrategy", "make_relabeler", "make_returns"):
         assert piece in her.__all__
+
+
+@pytest.mark.parametrize("kw, relabel_kw, returns_kw", [
+    ({}, {}, {}),
+    ({"strategy": "final"}, {"strategy": "final"}, {}),
+    ({"strategy": "mixed", "n_sampled_goal": 2, "other_desired_fraction": 0.25},
+     {"strategy": "mixed", "n_sampled_goal": 2, "other_desired_fraction": 0.25}, {}),
+    ({"n_step": 3, "gamma": 0.9, "n_sampled_goal": 0}, {"n_sampled_goal": 0}, {"n_step": 3, "gamma": 0.9}),
+])
+def test_shorthands_are_the_piece_factories_and_nothing_more(kw, relabel_kw, returns_kw):
+    """The shorthand arguments give exactly ``make_relabeler(**relabel ones)`` and ``make_returns(**return ones)``:
+    the defaults of a shorthand left out are the factories' own (no second set in the buffer)."""
+    storage, _, _ = _storage()
+    short = her.HerReplayBuffer(storage, tag_reward, seed=3, **kw)
+    expected_relabeler, expected_returns = her.make_relabeler(**relabel_kw), her.make_returns(**returns_kw)
+    assert type(short.relabeler) is type(expected_relabeler)
+    assert vars(short.relabeler) == vars(expected_relabeler)
+    assert type(short.returns) is type(expected_returns)
+    assert (short.returns.gamma, short.n_step) == (expected_returns.gamma, getattr(expected_returns, "n_step", 1))
+    storage2, _, _ = _storage()
+    pieces = her.HerReplayBuffer(storage2, tag_reward, relabeler=expected_relabeler, returns=expected_returns, seed=3)
+    a, b = short.sample(64), pieces.sample(64)
+    for name in ("index", "desired_goal", "reward", "discount", "relabeled"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_a_piece_with_its_shorthand_is_refused_even_at_the_default_value():
+    storage, _, _ = _storage()
+    with pytest.raises(ValueError, match="pass returns= or its shorthand gamma, not both"):
+        her.HerReplayBuffer(storage, tag_reward, returns=her.make_returns(), gamma=0.98)
+    assert "resolve_pieces" not in her.__all__ and not hasattr(her, "resolve_pieces")

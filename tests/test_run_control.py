@@ -646,3 +646,56 @@ def test_a_closed_output_pipe_is_one_line_not_a_run_directory_error(tmp_path):
     assert proc.returncode == 1
     assert err.startswith("her-train: error: the program reading its output ended (a closed pipe), so the run "
                           "stopped") and len(err.strip().splitlines()) == 1, err
+
+
+class _FakeWandbRun:
+    """What RunLogger uses of a W&B run: its id and ``log``."""
+
+    def __init__(self, run_id: str) -> None:
+        self.id, self.logged = run_id, []
+
+    def log(self, row: dict) -> None:
+        self.logged.append(int(row["env_steps"]))
+
+
+def _row(step: int) -> dict:
+    return {"env_steps": step, "episodes": step // 50, "updates": step, "wall_time": 1.0, "eval/success_rate": 0.5,
+            "eval/final_distance": 0.1, "eval/return": -10.0, "train/success_rate": 0.5, "env_steps_per_s": 10.0}
+
+
+def test_the_run_records_what_wandb_was_sent_and_a_resume_sends_the_rest(tmp_path, monkeypatch):
+    """The run keeps its own record of the rows W&B was sent (``wandb_sent.json``): a row goes once its checkpoint
+    is written. Where W&B's local logs cannot be read (here: the ImportError of a wandb without ``wandb.proto``),
+    a resume sends the kept rows after the last one recorded instead of failing."""
+    import json
+
+    from her_agents.run import wandb_history
+    from her_agents.run.logger import SENT_FILE
+
+    def unreadable(*args, **kwargs):
+        raise ImportError("No module named 'wandb.proto'")
+
+    monkeypatch.setattr(wandb_history, "logged_env_steps", unreadable)
+
+    cfg = _small_cfg(tmp_path / "run", mode="disabled")
+    logger = RunLogger(cfg, tmp_path / "run")
+    logger.run = _FakeWandbRun("abc")
+    logger.log(_row(100), step=100)
+    assert logger.run.logged == [] and not (tmp_path / "run" / SENT_FILE).exists()  # not before its checkpoint
+    logger.checkpointed()
+    logger.log(_row(200), step=200)  # the run stops before this row's checkpoint: W&B was not sent it
+    assert logger.run.logged == [100]
+    assert json.loads((tmp_path / "run" / SENT_FILE).read_text()) == {"run_id": "abc", "env_steps": 100}
+
+    def resume(run_id: str) -> list[int]:
+        again = RunLogger(cfg, tmp_path / "run", resume_step=200)
+        again.run = _FakeWandbRun(run_id)
+        again._relog_missing([{k: str(v) for k, v in _row(s).items()} for s in (100, 200)])
+        return again.run.logged
+
+    assert resume("abc") == [200]  # only the row W&B lacks
+    assert json.loads((tmp_path / "run" / SENT_FILE).read_text())["env_steps"] == 200
+    assert resume("abc") == []  # recorded: nothing twice
+    assert resume("other") == [100, 200]  # a record of another W&B run says nothing of this one
+    (tmp_path / "run" / SENT_FILE).unlink()
+    assert resume("abc") == []  # no record (a run of an earlier version): each row went with its checkpoint

@@ -24,16 +24,14 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-import typing
 import warnings
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
+from .configs import PRECISIONS, AgentConfig
 from .noise import ColoredNoise
 from .normalizer import RunningNormalizer
 
@@ -43,15 +41,10 @@ __all__ = [
     "resolve_precision", "td_target", "td_target_bounds",
 ]
 
-Precision = Literal["fp32", "bf16", "auto"]
-"""Valid values of [`AgentConfig.precision`][her_agents.algos.base.AgentConfig.precision]."""
-PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
-
-
 @runtime_checkable
 class Agent(Protocol):
-    """What the training loop (``her_agents.loop.train``), the data-parallel wrapper (``her_agents.dist.distributed``) and
-    the actor-learner (``her_agents.dist.actor_learner``) use of an agent; nothing else is read across modules.
+    """What the training loop (``her_agents.loop.train``), the data-parallel wrapper (``her_agents.distributed.data_parallel``) and
+    the actor-learner (``her_agents.distributed.actor_learner``) use of an agent; nothing else is read across modules.
 
     [`GoalConditionedAgentBase`][her_agents.algos.base.GoalConditionedAgentBase] implements it for DDPG, TD3,
     SAC and TQC.
@@ -122,94 +115,6 @@ class Agent(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load [`state_dict`][her_agents.algos.base.Agent.state_dict]."""
         ...
-
-
-@dataclass
-class AgentConfig:
-    """Options shared by all goal-conditioned agents (defaults: openai/baselines HER).
-
-    The discount is not here: it comes with each batch (``batch.discount = gamma^m``).
-    """
-
-    hidden: tuple[int, ...] = (256, 256, 256)
-    """Hidden layer sizes of actor and critic MLPs (at least one layer, each >= 1)."""
-    layer_norm: bool = False
-    """LayerNorm after each hidden Linear (before ReLU)."""
-    actor_lr: float = 1e-3
-    """Adam learning rate of the actor (> 0)."""
-    critic_lr: float = 1e-3
-    """Adam learning rate of the critic(s) (> 0)."""
-    polyak: float = 0.95
-    """Target update ``target = polyak * target + (1 - polyak) * online``, in ``[0, 1]``."""
-    target_update_interval: int = 1
-    """Polyak-update the targets every this many updates (>= 0; TD3: every ``policy_delay * interval``). 0 disables
-    automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
-    cycle of 40 updates); ``her-train``'s loop does not, so it refuses 0."""
-    q_clip: tuple[Bound, Bound] | None = None
-    """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite), e.g. ``[-1/(1-gamma), 0]``
-    for -1/0 rewards (gamma 0.98 -> -50); None (the default for an agent built directly): no clip, whatever the
-    rewards' sign. The training loop, when ``agent.q_clip`` is not configured, sets it from the env's reward
-    range (``q_clip_for_env``, also usable by hand: ``q_clip=q_clip_for_env(spec.reward_range, gamma,
-    env_id)``)."""
-    noise_std: float = 0.2
-    """Std (>= 0) of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
-    random_eps: float = 0.3
-    """Per-row probability (in ``[0, 1]``) of replacing the exploration action by a uniform random action."""
-    noise_beta: float = 0.0
-    """Color (>= 0) of the exploration noise: the exponent ``beta`` of its power spectrum ``1 / f^beta`` over an
-    episode (Eberhard et al. 2023, ICLR, "Pink Noise Is All You Need"). 0 (the default) draws independent noise
-    at every step, as before; 1 (pink) keeps more of it in slow components, so a noisy move lasts several steps; 2
-    is red (Brownian-like). It colors the Gaussian draws of ``act(deterministic=False)``: the ``noise_std`` noise of
-    DDPG/TD3, the policy's own sampling of SAC/TQC (their ``noise_std`` extra noise stays white)."""
-    noise_horizon: int = 50
-    """Length (>= 1, env steps) of each colored noise sequence when ``noise_beta > 0``, meant to be the episode
-    length: left out of a config, the training loop sets the env's (Fetch: 50), and starts an env's new sequence
-    at the end of each of its episodes
-    ([`GoalConditionedAgentBase.reset_noise`][her_agents.algos.base.GoalConditionedAgentBase.reset_noise])."""
-    norm_eps: float = 1e-2
-    """Std floor (> 0) of the observation/goal normalizers."""
-    norm_clip_obs: float = 200.0
-    """Raw observations/goals are clipped to ``+-norm_clip_obs`` (> 0) before normalization."""
-    norm_clip_range: float = 5.0
-    """Normalized inputs are clipped to ``+-norm_clip_range`` (> 0)."""
-    seed: int | None = None
-    """Seed of the numpy generator used for exploration noise (torch seeding is the caller's job)."""
-    precision: Precision = "fp32"
-    """``"fp32"``, ``"bf16"`` or ``"auto"``: with ``"bf16"`` the network forward passes in ``update()`` run under
-    ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
-    the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
-    and optimizer state stay float32. ``act()`` always runs in float32. ``"auto"`` is bf16 where the device
-    multiplies bf16 natively (``resolve_precision``) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
-    bf16 matmuls are emulated and many times slower than fp32."""
-    compile: bool = False
-    """Compile ``update()`` with ``torch.compile`` (Inductor), which fuses the LayerNorm, activation, bf16-cast and
-    optimizer kernels between the matmuls. On a CPU the whole update is one graph: losses, gradients, Adam steps and
-    the polyak update, with no Python, autograd-engine or optimizer overhead between them (data-parallel training
-    compiles the losses only, as it averages gradients before each optimizer step); on a CUDA device the loss
-    functions (forward and backward) run under CUDA graphs. The first update pays for compilation (1-2 min on a
-    CPU, where the update's wrapper is C++ too; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where
-    compilation fails, one warning says why and the agent runs eagerly. Off by default; the Push (but
-    ``fetch_push_ddpg_n3``), PickAndPlace and Slide configs set it."""
-
-    def __post_init__(self) -> None:
-        """Converts each field to its annotated type (``hidden`` and ``q_clip`` become tuples, ints become floats
-        where a float is expected) and checks the ranges.
-
-        Raises:
-            ValueError: one line starting with the field's name: a value of the wrong type, a choice not among
-                ``precision``'s, a value out of range.
-        """
-        check_types(self)
-        check_ranges(self, {
-            "hidden": (lambda v: len(v) >= 1 and min(v) >= 1,
-                       "a non-empty list of positive integers (hidden layer sizes must be positive)"),
-            "actor_lr": POSITIVE, "critic_lr": POSITIVE, "polyak": UNIT_INTERVAL,
-            "target_update_interval": NON_NEGATIVE,
-            "q_clip": (lambda v: v is None or v[0] <= v[1], "null or [low, high] with low <= high"),
-            "noise_std": NON_NEGATIVE, "random_eps": UNIT_INTERVAL, "noise_beta": NON_NEGATIVE,
-            "noise_horizon": AT_LEAST_ONE,
-            "norm_eps": POSITIVE, "norm_clip_obs": POSITIVE, "norm_clip_range": POSITIVE,
-        })
 
 
 class TensorBatch(NamedTuple):

@@ -1,12 +1,14 @@
 """``make_agent(algo, obs_dim, goal_dim, action_dim, **kwargs)``: the one factory the loop and CLI use, and the
-algorithm names with their config dataclasses (the run config types its ``agent`` section with them)."""
+algorithm names with their agent classes (the names with their config dataclasses, torch-free, are
+``her_agents.algos.configs``'s, re-exported here)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from .base import AgentConfig, GoalConditionedAgentBase, q_clip_for_env
+from .base import GoalConditionedAgentBase, q_clip_for_env
+from .configs import CONFIGS, AgentConfig, algo_name, config_class, config_fields
 from .ddpg import DDPGAgent, DDPGConfig
 from .sac import SACAgent, SACConfig
 from .td3 import TD3Agent, TD3Config
@@ -23,35 +25,10 @@ AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
     "sac": (SACAgent, SACConfig),
     "tqc": (TQCAgent, TQCConfig),
 }
+assert {k: c for k, (_, c) in AGENTS.items()} == CONFIGS, "every algorithm has its agent class and its config"
 
 #: keyword arguments that go to the agent constructor rather than its config
 AGENT_KWARGS = ("device", "n_threads")
-
-
-def algo_name(algo: str) -> str:
-    """The registered name of ``algo`` (case-insensitive: ``"TD3"`` -> ``"td3"``).
-
-    Raises:
-        ValueError: not a registered algorithm (lists the valid ones).
-    """
-    key = str(algo).lower()
-    if key not in AGENTS:
-        raise ValueError(f"unknown algo {algo!r}; valid algos: {sorted(AGENTS)}")
-    return key
-
-
-def config_class(algo: str) -> type[AgentConfig]:
-    """The config dataclass of ``algo`` (``DDPGConfig``, ``TD3Config``, ``SACConfig``, ``TQCConfig``).
-
-    Raises:
-        ValueError: as ``algo_name``.
-    """
-    return AGENTS[algo_name(algo)][1]
-
-
-def config_fields(algo: str) -> list[str]:
-    """Names of the config options of ``algo``."""
-    return [f.name for f in dataclasses.fields(config_class(algo))]
 
 
 def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: AgentConfig | None = None,

@@ -10,51 +10,16 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_ranges
-from .base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from .base import GoalConditionedAgentBase, freeze, make_adam, td_target
+from .configs import SACConfig
 from .networks import EnsembleCritic, SquashedGaussianActor
 
 __all__ = ["SACAgent", "SACConfig", "Temperature"]
-
-
-@dataclass
-class SACConfig(AgentConfig):
-    """SAC options (see [`her_agents.algos.base.AgentConfig`][] for the shared ones)."""
-
-    noise_std: float = 0.0
-    """Extra Gaussian noise in ``act(deterministic=False)`` on top of the policy's sampling (default none)."""
-    random_eps: float = 0.0
-    """Per-row probability of a uniform random action in ``act(deterministic=False)`` (default none)."""
-    action_l2: float = 0.0
-    """Weight (>= 0) of ``mean(a^2)`` on the sampled tanh action added to the actor loss."""
-    n_critics: int = 2
-    """Number of critics (>= 1); the soft target and the actor use the min over all of them."""
-    autotune: bool = True
-    """Learn the temperature to reach ``target_entropy``; False keeps ``alpha`` fixed."""
-    alpha: float = 0.2
-    """Temperature (> 0): fixed when ``autotune=False``, the initial one when ``autotune=True``."""
-    alpha_lr: float = 1e-3
-    """Adam learning rate (> 0) of ``log_alpha``."""
-    target_entropy: float | None = None
-    """Target policy entropy for autotune; None means ``-action_dim``."""
-    log_std_min: float = -20.0
-    """Lower clamp of the policy's log std (<= ``log_std_max``)."""
-    log_std_max: float = 2.0
-    """Upper clamp of the policy's log std."""
-
-    def __post_init__(self) -> None:
-        """Raises:
-            ValueError: as ``AgentConfig.__post_init__``, and a SAC option out of its range."""
-        super().__post_init__()
-        check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "alpha": POSITIVE,
-                            "alpha_lr": POSITIVE,
-                            "log_std_min": (lambda v: v <= self.log_std_max, "<= log_std_max")})
 
 
 class Temperature(nn.Module):

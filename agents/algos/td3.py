@@ -8,43 +8,16 @@ batched ``EnsembleCritic``. Target Q clipped to ``q_clip``; action L2 penalty on
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
-from .base import AgentConfig, GoalConditionedAgentBase, freeze, make_adam, td_target
+from .base import GoalConditionedAgentBase, freeze, make_adam, td_target
+from .configs import TD3Config
 from .networks import DeterministicActor, EnsembleCritic
 
 __all__ = ["TD3Agent", "TD3Config", "smoothed_target_action"]
-
-
-@dataclass
-class TD3Config(AgentConfig):
-    """TD3 options (see [`her_agents.algos.base.AgentConfig`][] for the shared ones)."""
-
-    action_l2: float = 1.0
-    """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
-    n_critics: int = 2
-    """Number of critics (>= 1); the target is the min over all of them (see ``clipped_double_q``)."""
-    clipped_double_q: bool = True
-    """The TD target bootstraps from the minimum over the target critics (clipped double Q-learning, Fujimoto et al.
-    2018, Eq. 10); false: from their mean, a less pessimistic target while successes are rare."""
-    policy_noise: float = 0.2
-    """Std (>= 0) of the target policy smoothing noise (actions in ``[-1, 1]``)."""
-    noise_clip: float = 0.5
-    """The smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (>= 0)."""
-    policy_delay: int = 2
-    """Actor (and target) update every ``policy_delay`` (>= 1) critic updates."""
-
-    def __post_init__(self) -> None:
-        """Raises:
-            ValueError: as ``AgentConfig.__post_init__``, and a TD3 option out of its range."""
-        super().__post_init__()
-        check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "policy_noise": NON_NEGATIVE,
-                            "noise_clip": NON_NEGATIVE, "policy_delay": AT_LEAST_ONE})
 
 
 def smoothed_target_action(

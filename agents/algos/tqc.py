@@ -14,38 +14,15 @@ critic, its defaults here).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
-from ..fields import AT_LEAST_ONE, check_ranges
 from .base import TensorBatch, clip_q
 from .networks import EnsembleCritic
-from .sac import SACAgent, SACConfig
+from .configs import TQCConfig
+from .sac import SACAgent
 
 __all__ = ["TQCAgent", "TQCConfig", "quantile_huber_loss"]
-
-
-@dataclass
-class TQCConfig(SACConfig):
-    """TQC options: SAC's ([`her_agents.algos.sac.SACConfig`][]; ``n_critics`` is the number of quantile
-    critics)
-    and the quantile ones."""
-
-    n_quantiles: int = 25
-    """Quantiles (>= 1) each critic outputs, at the fractions ``(2m + 1) / (2 n_quantiles)``."""
-    top_quantiles_to_drop_per_net: int = 2
-    """The target drops this many (>= 0, < ``n_quantiles``) of the largest atoms per critic from the pooled,
-    sorted target atoms."""
-
-    def __post_init__(self) -> None:
-        """Raises:
-            ValueError: as ``SACConfig.__post_init__``, and a quantile option out of its range."""
-        super().__post_init__()
-        check_ranges(self, {
-            "n_quantiles": AT_LEAST_ONE,
-            "top_quantiles_to_drop_per_net": (lambda v: 0 <= v < self.n_quantiles, ">= 0 and < n_quantiles"),
-        })
 
 
 def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

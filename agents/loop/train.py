@@ -1,18 +1,13 @@
 """The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
 
-``train(cfg)`` is ``start_run`` (set-up, resume) and then a loop of named steps: per env step
-[`collect`][her_agents.loop.train.UpdateSchedule.collect] (act -> step -> store) and ``learn`` (the due
-updates); every ``train.eval_every`` env steps
-``evaluate_and_checkpoint`` (log to stdout, metrics.csv, W&B; checkpoint atomically). It runs in one
-process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through
-[`LoopHooks`][her_agents.loop.train.LoopHooks].
-
-The loop's pieces are public, and the Ape-X learner (``her_agents.dist.actor_learner``) is built from them:
-[`build_agent`][her_agents.loop.train.build_agent] / [`build_replay`][her_agents.loop.train.build_replay],
-``open_run_dir``, [`UpdateSchedule`][her_agents.loop.train.UpdateSchedule] (how many updates
-are due), [`EvalLog`][her_agents.loop.train.EvalLog] (evaluate and log a row),
-[`TrainingState`][her_agents.loop.train.TrainingState] with ``save_training_state``
-(what a checkpoint holds, and writing it).
+``train(cfg)`` is ``start_run`` (set-up, resume) and then a loop of named steps: ``collect`` (act ->
+step -> store, one env step of each env) and ``learn`` (the due updates); every ``train.eval_every`` env
+steps ``evaluate_and_checkpoint`` (log to stdout, metrics.csv, W&B; checkpoint atomically); a SIGINT /
+SIGTERM checkpoints and stops (``checkpoint_on_stop``). It runs in one process; multi-process modes plug in
+through ``LoopHooks``, and the loop stays the one loop: ``her_agents.distributed.data_parallel`` averages
+gradients across ranks, and the Ape-X learner (``her_agents.distributed.actor_learner``) collects by receiving
+its actors' episodes instead of stepping envs (``LoopHooks.collect``). Resume, signals, evaluation and
+checkpoints are the loop's in every mode.
 """
 
 from __future__ import annotations
@@ -290,17 +285,27 @@ class LoopHooks:
     """Where a multi-process wrapper plugs into [`train`][her_agents.loop.train.train]; these defaults are the
     single process's.
 
-    ``her_agents.dist.distributed.DistContext`` subclasses it for data-parallel training. The loop calls
-    [`should_stop`][her_agents.loop.train.LoopHooks.should_stop] once per env step and
-    [`before_updates`][her_agents.loop.train.LoopHooks.before_updates] once per block of updates; the others
-    at
+    ``her_agents.distributed.data_parallel.DistContext`` subclasses it for data-parallel training. The loop calls
+    ``should_stop`` once per env step and ``before_updates`` once per block of updates; the others at
     set-up, evaluations and checkpoints.
     """
 
     is_main: bool = True
     """This process picks and locks the run directory and logs (stdout, ``metrics.csv``, W&B)."""
     world_size: int = 1
-    """Processes in the run: a checkpoint is resumed by as many."""
+    """Processes in the run that hold state of their own: a checkpoint is resumed by as many."""
+    steps_envs: bool = True
+    """This process steps training envs (``collect``); False: ``collect`` brings the env steps from
+    elsewhere and the loop opens no training envs (the actor-learner's learner)."""
+    run_label: str | None = None
+    """The algorithm's part of a default run directory name (None: ``algo``)."""
+
+    def start(self, run: Run) -> None:
+        """After ``start_run`` (a resume's checkpoint loaded), before the first step."""
+
+    def collect(self, run: Run) -> int:
+        """One collection step of the loop; returns the env steps it stored (``collect``: one per env)."""
+        return collect(run)
 
     def share(self, obj: T) -> T:
         """The main process's ``obj`` on every process (the run directory, a refusal)."""
@@ -434,7 +439,7 @@ class TrainingState:
     (``own``): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
     the start of their current episodes and the eval envs' RNGs, the replay's schedules, the pending updates,
     the evaluation window and the hooks' state; the replay storage goes in a file of its own.
-    ``rng`` and ``env`` are None in a process without training envs (the Ape-X learner).
+    ``env`` is None in a process without training envs (the Ape-X learner: ``LoopHooks.steps_envs`` False).
     """
 
     agent: Agent
@@ -538,7 +543,7 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
-        hooks: a multi-process wrapper's hooks (``her_agents.dist.distributed``); default: one process.
+        hooks: a multi-process wrapper's hooks (``her_agents.distributed.data_parallel``); default: one process.
 
     Returns:
         TrainResult: run directory, env steps, the last eval success rate and the evaluation rows.
@@ -563,12 +568,13 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
     run = start_run(cfg, resume, overwrite, hooks, cleanup)
     status, crash = "crashed", None
     try:
+        hooks.start(run)
         while run.env_steps < run.cfg.train.total_env_steps:
             if hooks.should_stop(stop.signum is not None, run.env_steps):
                 break
-            collect(run)
-            learn(run, stop)
-            run.progress.update(run.n_envs)
+            n_steps = hooks.collect(run)
+            learn(run, stop, n_steps)
+            run.progress.update(n_steps)
             if eval_due(run):
                 evaluate_and_checkpoint(run, stop)
         if run.env_steps < run.cfg.train.total_env_steps:  # stopped by SIGINT / SIGTERM
@@ -616,7 +622,7 @@ class Run:
     logger: RunLogger | NullLogger
     progress: Any
     obs: dict[str, np.ndarray]
-    """The observation to act on next."""
+    """The observation to act on next (empty without training envs)."""
     reward_guard: tuple[float, float] | None
     wandb_id: str | None
     """The W&B run id of the checkpoint resumed (None: a new run)."""
@@ -652,7 +658,7 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
         saved = load_checkpoint(Path(resume) / "checkpoint.pt")
         check_world_size(saved, hooks.world_size, resume)
     run_dir = _claim_run_dir(cfg, t_cfg.seed, resume, overwrite, hooks, cleanup)
-    env, eval_env = _open_envs(cfg, t_cfg.seed, cleanup)
+    env, eval_env = _open_envs(cfg, t_cfg.seed, cleanup, hooks.steps_envs)
     rng = np.random.default_rng(t_cfg.seed)
     counters = new_counters()
     schedule = UpdateSchedule(t_cfg.updates_per_step, t_cfg.learning_starts)
@@ -670,7 +676,9 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     state.evals.start()
     next_eval = (counters["env_steps"] // t_cfg.eval_every + 1) * t_cfg.eval_every
     # restored RNGs: the resets that began the checkpoint's episodes again (else a reseed)
-    obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
+    obs: dict[str, np.ndarray] = {}
+    if env is not None:
+        obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.discard_in_progress()
     if state.goals is not None:  # every env starts an episode (a resume: with a goal chosen afresh)
         state.goal_given = choose_behaviour_goals(agent, replay, env, obs, np.ones(cfg.env.n_envs, bool),
@@ -685,7 +693,7 @@ def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, 
     lock, refusal = None, None
     if hooks.is_main:
         try:
-            lock = open_run_dir(cfg, seed, resume, overwrite)
+            lock = open_run_dir(cfg, seed, resume, overwrite, algo_name=hooks.run_label)
             cleanup.callback(lock.release)
         except (ValueError, OSError) as exc:
             refusal = exc
@@ -695,13 +703,16 @@ def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, 
     return run_dir
 
 
-def _open_envs(cfg: Config, seed: int,
-               cleanup: contextlib.ExitStack) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
-    """The training and the evaluation vector envs (seeds ``seed`` and ``seed + 10_000``)."""
-    env = make_vector_env(cfg.env.id, cfg.env.n_envs, cfg.env.vectorization, seed=seed,
-                          grasped_start=cfg.env.grasped_start, behaviour_goals=cfg.env.behaviour_goals > 0,
-                          rare_state_start=cfg.env.rare_state_start, rare_state_cell=cfg.env.rare_state_cell)
-    cleanup.callback(env.close)
+def _open_envs(cfg: Config, seed: int, cleanup: contextlib.ExitStack,
+               training: bool = True) -> tuple[gym.vector.VectorEnv | None, gym.vector.VectorEnv]:
+    """The training (None without ``training``) and the evaluation vector envs (seeds ``seed`` and
+    ``seed + 10_000``)."""
+    env = None
+    if training:
+        env = make_vector_env(cfg.env.id, cfg.env.n_envs, cfg.env.vectorization, seed=seed,
+                              grasped_start=cfg.env.grasped_start, behaviour_goals=cfg.env.behaviour_goals > 0,
+                              rare_state_start=cfg.env.rare_state_start, rare_state_cell=cfg.env.rare_state_cell)
+        cleanup.callback(env.close)
     eval_env = make_vector_env(cfg.env.id, cfg.env.eval_envs, "sync", seed=seed + 10_000)
     cleanup.callback(eval_env.close)
     return env, eval_env
@@ -722,9 +733,10 @@ def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
     return saved["wandb_id"], state.envs_restored
 
 
-def collect(run: Run) -> None:
+def collect(run: Run) -> int:
     """One env step of every training env: act, step, store the real next state (never the autoreset one),
-    count finished episodes and their successes, and feed the normalizers the episodes completed."""
+    count finished episodes and their successes, and feed the normalizers the episodes completed. Returns the
+    env steps stored (``env.n_envs``)."""
     s, t_cfg = run.state, run.cfg.train
     warmup = s.counters["env_steps"] < t_cfg.warmup_steps
     action = choose_action(s.agent, run.obs, run.spec, run.n_envs, warmup, s.rng)
@@ -741,13 +753,17 @@ def collect(run: Run) -> None:
                                                              run.cfg.env.behaviour_goals, s.goals, s.rng)[step.done]
     for start, T in stored:  # normalizer statistics from the new episodes, with relabeled goals
         normalize_from_episode(s.agent, s.replay, start, T, t_cfg.normalizer_relabeled)
+    return run.n_envs
 
 
-def learn(run: Run, stop: GracefulStop) -> None:
-    """Earn the updates of the env step just collected; do the due ones every ``train.update_every`` env steps."""
-    s = run.state
-    s.schedule.collect(run.n_envs, s.counters["env_steps"], len(s.replay) > 0)
-    if s.counters["env_steps"] % run.cfg.train.update_every >= run.n_envs:
+def learn(run: Run, stop: GracefulStop, n_steps: int | None = None) -> None:
+    """Earn the updates of the ``n_steps`` env steps just collected (default one per env); do the due ones each
+    time the env steps pass a multiple of ``train.update_every``."""
+    s, env_steps = run.state, run.state.counters["env_steps"]
+    n_steps = run.n_envs if n_steps is None else n_steps
+    s.schedule.collect(n_steps, env_steps, len(s.replay) > 0)
+    every = run.cfg.train.update_every
+    if env_steps // every == (env_steps - n_steps) // every:  # none passed
         return
     run.hooks.before_updates(s.schedule)
     n_updates = s.schedule.take()
@@ -796,7 +812,7 @@ def evaluate_and_checkpoint(run: Run, stop: GracefulStop | None = None) -> None:
     s = run.state
     if stop is not None:
         stop.busy = f"the evaluation at {s.counters['env_steps']} env steps (and its checkpoint)"
-    run.next_eval += run.cfg.train.eval_every
+    run.next_eval = (s.counters["env_steps"] // run.cfg.train.eval_every + 1) * run.cfg.train.eval_every
     extras = {"explore/goal_cutoff": s.goals.cutoff} if s.goals is not None else None  # MEGA's current cutoff
     row = s.evals.log(s.agent, s.eval_env, run.cfg.train.eval_episodes, run.logger, run.hooks, extras)
     if run.cfg.log.video_every and s.counters["evals"] % run.cfg.log.video_every == 0:

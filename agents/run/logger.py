@@ -5,6 +5,13 @@ or a netrc entry), else ``offline`` (files under ``<run_dir>/wandb``; upload lat
 online init that fails (bad key, no network, no answer within ``log.wandb.init_timeout_s``) falls back to
 offline with one warning line, and the final upload waits at most ``log.wandb.finish_timeout_s``.
 ``WANDB_MODE`` in the environment wins over the config.
+
+What W&B was sent is also the run's own record: ``<run_dir>/wandb_sent.json`` holds the W&B run id and the
+``env_steps`` of the last evaluation row handed to it (rows go in step order), rewritten atomically after each
+send. A resumed run logs the rows its W&B run lacks: those missing from W&B's local logs where they can be read
+(``her_agents.run.wandb_history``: W&B holds logged rows in memory for a while, so after a kill only its
+files say what it kept), else (a wandb without ``wandb.proto``, a format it cannot parse) those after the last
+row the record says was sent.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import codecs
 import csv
 import io
+import json
 import math
 import netrc
 import os
@@ -26,7 +34,10 @@ from tqdm import tqdm
 
 from ..config import Config, config_dict
 
-__all__ = ["EXIT_CODES", "NullLogger", "RunLogger", "check_wandb_env", "wandb_mode"]
+__all__ = ["EXIT_CODES", "SENT_FILE", "NullLogger", "RunLogger", "check_wandb_env", "last_sent_step", "wandb_mode"]
+
+#: the run's record of what W&B was sent: ``{"run_id": ..., "env_steps": <last row sent>}``
+SENT_FILE = "wandb_sent.json"
 
 
 def _has_api_key() -> bool:
@@ -117,9 +128,8 @@ class RunLogger:
     W&B gets a row only once it is safe: after the checkpoint that covers it
     ([`checkpointed`][her_agents.run.logger.RunLogger.checkpointed]), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
-    ``metrics.csv`` rows its W&B run lacks (read from the local transaction logs, see
-    ``her_agents.run.wandb_history``), so after any stop and ``--resume`` W&B holds every row once, in step
-    order.
+    ``metrics.csv`` rows its W&B run lacks (read from its local logs, else from the run's record ``SENT_FILE``),
+    so after any stop and ``--resume`` W&B holds every row once, in step order.
     """
 
     def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,
@@ -230,14 +240,32 @@ class RunLogger:
                 time.sleep(1.0)
 
     def _relog_missing(self, rows: list[dict[str, Any]]) -> None:
-        """Log the kept ``metrics.csv`` rows that this W&B run's local logs do not hold (a stop between a
-        checkpoint and its W&B row), in step order, before any new row."""
-        from .wandb_history import logged_env_steps
+        """Log the kept ``metrics.csv`` rows this W&B run lacks (a stop between a checkpoint and its W&B row, or a
+        kill before W&B wrote what it was sent), in step order, before any new row."""
+        try:
+            from .wandb_history import logged_env_steps
 
-        have = logged_env_steps(self.run_dir / "wandb", self.run.id)
-        for r in rows:
-            if int(float(r["env_steps"])) not in have:
-                self.run.log(_typed_row(r))
+            have = logged_env_steps(self.run_dir / "wandb", self.run.id)
+            missing = [r for r in rows if int(float(r["env_steps"])) not in have]
+        except Exception as exc:  # W&B's private log format unreadable (ImportError of wandb.proto, a new format)
+            last = last_sent_step(self.run_dir, self.run.id)
+            missing = [r for r in rows if int(float(r["env_steps"])) > last]
+            tqdm.write(f"W&B: cannot read its local logs ({_first_line(exc)}); logging the rows after the last one "
+                       f"{self.run_dir / SENT_FILE} records as sent")
+        for r in missing:
+            self.run.log(_typed_row(r))
+        if missing:
+            self._record_sent(int(float(missing[-1]["env_steps"])))
+
+    def _record_sent(self, env_steps: int) -> None:
+        """Record (atomically) that W&B holds the rows up to ``env_steps``."""
+        from .checkpoint import write_atomic
+
+        text = json.dumps({"run_id": self.run.id, "env_steps": int(env_steps)}).encode()
+        try:
+            write_atomic(self.run_dir / SENT_FILE, lambda f: f.write(text))
+        except OSError as exc:  # W&B's bookkeeping never stops training; a resume may then send these rows again
+            tqdm.write(f"W&B: cannot record the rows sent in {self.run_dir / SENT_FILE} ({exc.strerror or exc})")
 
     def _truncate_csv(self, resume_step: int) -> list[dict[str, Any]]:
         """Drop the rows after ``resume_step`` (and a row cut short by a kill); return the rows kept. A byte-order
@@ -335,9 +363,10 @@ class RunLogger:
         """The checkpoint covering every row logged so far is on disk: send those rows to W&B."""
         if self._pending and self.csv_path.exists():
             self._covered_size = self.csv_path.stat().st_size
-        if self.run is not None:
+        if self.run is not None and self._pending:
             for row in self._pending:
                 self.run.log(row)
+            self._record_sent(int(self._pending[-1]["env_steps"]))
         self._pending.clear()
 
     def log_video(self, agent: Any, env_id: str, step: int) -> None:
@@ -423,6 +452,17 @@ class NullLogger:
 
     def finish(self, status: str = "finished", error: BaseException | None = None) -> None:
         pass
+
+
+def last_sent_step(run_dir: Path, run_id: str) -> float:
+    """The ``env_steps`` of the last row W&B run ``run_id`` was sent, from ``run_dir``'s ``SENT_FILE``: -1
+    when the record is of another W&B run (a fresh run into the directory sent nothing yet); ``inf`` (all sent)
+    without a readable record: a run of a version without it sent each row with its checkpoint."""
+    try:
+        record = json.loads((Path(run_dir) / SENT_FILE).read_text())
+        return float(record["env_steps"]) if record["run_id"] == run_id else -1.0
+    except (OSError, ValueError, KeyError, TypeError):
+        return math.inf
 
 
 def _remove_old_wandb_runs(wandb_dir: Path) -> None:

@@ -6,38 +6,38 @@ Launch (one machine, 2 processes)::
     torchrun --standalone --nproc_per_node=2 -m her_agents.cli fetch_push_ddpg train.total_env_steps=100000
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
-(plain ``her-train``) [`train_data_parallel`][her_agents.dist.distributed.train_data_parallel] runs the
+(plain ``her-train``) [`train_data_parallel`][her_agents.distributed.data_parallel.train_data_parallel] runs the
 single-process loop.
 
 Every rank runs the plain loop (``her_agents.loop.train.train``) with a
-[`DistContext`][her_agents.dist.distributed.DistContext] as its
+[`DistContext`][her_agents.distributed.data_parallel.DistContext] as its
 [`LoopHooks`][her_agents.loop.train.LoopHooks], and trains a
-[`DataParallelAgent`][her_agents.dist.distributed.DataParallelAgent] wrapped around its agent.
+[`DataParallelAgent`][her_agents.distributed.data_parallel.DataParallelAgent] wrapped around its agent.
 A one-process run never enters this code, and the context reaches the other ranks only through the few
-operations of ``Collective``:
+operations of ``her_agents.distributed.collective.Collective``:
 
 - ``init_distributed``: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
   GPU) within ``dist.timeout_s``;
-  [`DistContext.prepare_config`][her_agents.dist.distributed.DistContext.prepare_config]: all ranks must hold
+  [`DistContext.prepare_config`][her_agents.distributed.data_parallel.DistContext.prepare_config]: all ranks must hold
   the same resolved
   config (a hash is all-gathered; a mismatch names the ranks and keys that differ), then ``train.seed`` becomes
   ``seed + rank`` so every rank's envs, exploration noise and replay sampling differ;
-- [`DistContext.wrap_agent`][her_agents.dist.distributed.DistContext.wrap_agent]: rank 0's networks (and
+- [`DistContext.wrap_agent`][her_agents.distributed.data_parallel.DistContext.wrap_agent]: rank 0's networks (and
   normalizers) are broadcast to all ranks; an
   optimizer step pre-hook averages the gradients of every optimizer of the agent (one flattened all-reduce per
   optimizer step), so DDPG/TD3/SAC ``update()`` run unchanged and all ranks keep identical parameters; the
   wrapper's ``update_normalizer`` only records the local (sum, sumsq, count) deltas;
-- [`DistContext.before_updates`][her_agents.dist.distributed.DistContext.before_updates]: before each block of
+- [`DistContext.before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates]: before each block of
   updates (a fixed point: every rank reaches it at the
   same env step) the ranks all-gather their normalizer deltas (added in rank order: bit-identical statistics
   everywhere), whether they can learn and how many updates are pending (the minimum wins), so the number of
   updates, hence of gradient all-reduces, is the same on every rank and nobody deadlocks, also with episodes of
   variable length; a SIGINT / SIGTERM on any rank stops all of them at the next block
-  ([`should_stop`][her_agents.dist.distributed.DistContext.should_stop]);
-- [`DistContext.average_eval`][her_agents.dist.distributed.DistContext.average_eval]: evaluation metrics are
+  ([`should_stop`][her_agents.distributed.data_parallel.DistContext.should_stop]);
+- [`DistContext.average_eval`][her_agents.distributed.data_parallel.DistContext.average_eval]: evaluation metrics are
   averaged over ranks (each rank evaluates
   ``train.eval_episodes`` episodes on its own eval envs); rank 0 alone logs (stdout, ``metrics.csv``, W&B);
-- [`DistContext.save_checkpoint`][her_agents.dist.distributed.DistContext.save_checkpoint]: each rank's own
+- [`DistContext.save_checkpoint`][her_agents.distributed.data_parallel.DistContext.save_checkpoint]: each rank's own
   state (RNGs, env RNGs, replay schedules, pending
   updates and normalizer deltas) is gathered into rank 0's ``checkpoint.pt``, and each rank writes its own
   replay (``replay.npz`` for rank 0, ``replay-rank<r>.npz``) with ``log.save_replay``, in the crash-safe order
@@ -130,8 +130,8 @@ def rendezvous_env() -> dict[str, Any]:
 
 
 def flat_config(cfg: Config | dict) -> dict[str, Any]:
-    """The resolved config (a [`Config`][her_agents.dist.distributed.Config], or
-    [`config_dict`][her_agents.dist.distributed.config_dict]'s plain data) as ``{"dotted.key": value}``."""
+    """The resolved config (a [`Config`][her_agents.distributed.data_parallel.Config], or
+    [`config_dict`][her_agents.distributed.data_parallel.config_dict]'s plain data) as ``{"dotted.key": value}``."""
     c = config_dict(cfg) if isinstance(cfg, Config) else cfg
     out: dict[str, Any] = {}
 
@@ -179,7 +179,7 @@ class DataParallelAgent:
     """An agent as one data-parallel rank trains it: every call goes to the wrapped agent, except
     ``update_normalizer``, which records this rank's statistics in ``deltas`` (``{normalizer name: [sum,
     sumsq, count]}``, float64) for
-    [`DistContext.before_updates`][her_agents.dist.distributed.DistContext.before_updates] to merge across
+    [`DistContext.before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates] to merge across
     ranks."""
 
     def __init__(self, agent: Agent, deltas: dict[str, list[np.ndarray]]) -> None:
@@ -301,8 +301,8 @@ class DistContext(LoopHooks):
 
     def wrap_agent(self, agent: Agent) -> Agent:
         """Broadcast rank 0's networks and normalizers, hook gradient averaging into the optimizers; the
-        returned [`DataParallelAgent`][her_agents.dist.distributed.DataParallelAgent] records normalizer
-        statistics for [`before_updates`][her_agents.dist.distributed.DistContext.before_updates]."""
+        returned [`DataParallelAgent`][her_agents.distributed.data_parallel.DataParallelAgent] records normalizer
+        statistics for [`before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates]."""
         self.agent = agent
         with torch.no_grad():
             for module in agent.networks().values():
@@ -528,7 +528,7 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
 
 def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This rank's part of a data-parallel run under torchrun (``her_agents.loop.train.train`` with a
-    [`DistContext`][her_agents.dist.distributed.DistContext]); the plain single-process loop without
+    [`DistContext`][her_agents.distributed.data_parallel.DistContext]); the plain single-process loop without
     torchrun's env vars.
 
     Raises:

@@ -1,8 +1,8 @@
-"""Training in several processes under torchrun: data-parallel (``distributed``: every rank runs the loop on
+"""Training in several processes under torchrun: data-parallel (``data_parallel``: every rank runs the loop on
 its own envs and replay, gradients all-reduced) and actor-learner (``actor_learner``: Ape-X, actors feed one
 learner over RPC)."""
 
 from .actor_learner import train_actor_learner
-from .distributed import DataParallelAgent, DistContext, train_data_parallel
+from .data_parallel import DataParallelAgent, DistContext, train_data_parallel
 
 __all__ = ["DataParallelAgent", "DistContext", "train_actor_learner", "train_data_parallel"]
