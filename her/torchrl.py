@@ -208,7 +208,7 @@ class HerTorchRLReplayBuffer:
         self.compute_reward = compute_reward
         self._batch_size = None if batch_size is None else int(batch_size)
         self.prioritized = bool(prioritized)
-        self._sampler_kwargs = dict(alpha=alpha, beta0=beta, eps=eps, beta_annealing_steps=beta_annealing_steps,
+        self._sampler_kwargs: dict[str, Any] = dict(alpha=alpha, beta0=beta, eps=eps, beta_annealing_steps=beta_annealing_steps,
                                     td_error_clip=td_error_clip)
         self._her_kwargs = dict(strategy=strategy, n_sampled_goal=n_sampled_goal, n_step=n_step, gamma=gamma,
                                 seed=seed, **her_kwargs)
@@ -232,10 +232,11 @@ class HerTorchRLReplayBuffer:
         self.n_envs: int | None = None
         self._write_count = 0
         if observation_shape is not None:
+            assert goal_shape is not None and action_shape is not None  # all or none: checked above
             self._build(tuple(observation_shape), tuple(goal_shape), tuple(action_shape), {})
 
     # ------------------------------------------------------------------ set-up
-    def _build(self, obs_shape: tuple[int, ...], goal_shape: tuple[int, ...], action_shape: tuple[int, ...],
+    def _build(self, obs_shape: tuple[int, ...], goal_shape: tuple[int, ...] | None, action_shape: tuple[int, ...],
                info_shapes: dict[str, tuple[int, ...]]) -> None:
         self.storage = EpisodeStorage(self.capacity, obs_shape, action_shape, goal_shape,
                                       max_episode_steps=self.max_episode_steps, info_shapes=info_shapes,
@@ -346,6 +347,7 @@ class HerTorchRLReplayBuffer:
                            f"{self.next_keys['terminated']!r}: episode ends are needed")
         done, term, trunc = (None if a is None else a.reshape(n, T).astype(bool) for a in (done, term, trunc))
         if term is None:
+            assert done is not None  # one of done and terminated: checked above
             term = done & ~trunc if trunc is not None else done
         if trunc is None:
             trunc = (done & ~term) if done is not None else np.zeros_like(term)
@@ -376,6 +378,7 @@ class HerTorchRLReplayBuffer:
             raise ValueError(f"HerTorchRLReplayBuffer receives the steps of {self.n_envs} env(s) (fixed by the "
                              f"first write), got a batch of {n} env(s) (batch size {tuple(data.batch_size)})")
         st = self.storage
+        assert st is not None  # built above
         expect = {"observation": st.observation_shape, "achieved_goal": st.goal_shape,
                   "desired_goal": st.goal_shape, "action": st.action_shape}
         for name, shp in expect.items():
@@ -389,7 +392,7 @@ class HerTorchRLReplayBuffer:
             if self._pending_len[e] and not self._continues(e, arrays):
                 self._drop(e)
             start = 0
-            for end in np.flatnonzero(done[e]):
+            for end in np.flatnonzero(done[e]).tolist():
                 episodes.append((int(end), e, start))
                 start = int(end) + 1
             tails.append((e, start))
@@ -435,6 +438,7 @@ class HerTorchRLReplayBuffer:
         cat = (lambda k: parts[0][k]) if len(parts) == 1 else (lambda k: np.concatenate([p[k] for p in parts]))
         states = {k: np.concatenate([parts[0][k][:1], cat("next_" + k)]) for k in _STATE}
         info = {k: cat("info." + k) for k in self.info_keys}
+        assert self.her is not None  # built with the storage by the first write
         return self.her.add_episode(states["observation"], cat("action"), cat("reward"),
                                     achieved_goal=states["achieved_goal"], desired_goal=states["desired_goal"],
                                     terminated=terminated, info=info)
@@ -453,7 +457,7 @@ class HerTorchRLReplayBuffer:
         B = self._batch_size if batch_size is None else batch_size
         if B is None:
             raise ValueError("sample() needs a batch_size (here or at construction)")
-        if self.her is None or len(self.storage) == 0:
+        if self.her is None or self.storage is None or len(self.storage) == 0:
             raise ValueError("HerTorchRLReplayBuffer: no complete episode stored yet (only whole episodes are "
                              "sampled): collect at least one episode before sampling")
         b = self.her.sample(B)
@@ -559,6 +563,7 @@ class HerTorchRLReplayBuffer:
         if self.storage is None:
             return {"write_count": self._write_count}
         st = self.storage
+        assert self.her is not None  # built with the storage
         return {"her": self.her.state_dict(), "write_count": self._write_count, "n_envs": self.n_envs,
                 "shapes": {"observation": st.observation_shape, "goal": st.goal_shape, "action": st.action_shape,
                            "info": dict(st.info_shapes)}}
@@ -578,6 +583,7 @@ class HerTorchRLReplayBuffer:
                         {k: tuple(v) for k, v in s["info"].items()})
         self.n_envs = state["n_envs"]
         self._reset_staging()
+        assert self.her is not None  # built with the storage
         self.her.load_state_dict(state["her"])
 
 
