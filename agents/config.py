@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import importlib.resources
 import io
+import os
 import re
 import typing
 from collections.abc import Mapping
@@ -217,6 +218,9 @@ class TrainConfig:
         check_device_name(self.device, "device")
 
 
+_WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # wandb.sdk.wandb_settings.Settings.validate_project
+
+
 @dataclass
 class WandbConfig:
     mode: WandbMode = "auto"
@@ -238,34 +242,67 @@ class WandbConfig:
     """Seconds (> 0) the final upload may take; what is left stays on disk for ``wandb sync``."""
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a value of the wrong type or choice, a timeout <= 0."""
+        """W&B's own rules on names (``wandb.sdk.wandb_settings``: ``validate_project``, ``validate_run_tags``) are
+        checked here, before the run starts: W&B refuses them only inside ``wandb.init``, after its retries.
+
+        Raises:
+            ValueError: a value of the wrong type or choice, a timeout <= 0; a project name that is empty, longer
+                than 128 characters or holds one of ``/ \\ # ? % :``; a tag empty or longer than 64 characters;
+                an empty entity, group or name."""
         check_types(self)
         check_ranges(self, {"init_timeout_s": POSITIVE, "finish_timeout_s": POSITIVE})
+        bad = sorted(set(_WANDB_PROJECT_FORBIDDEN) & set(self.project))
+        if not self.project.strip() or len(self.project) > 128 or bad:
+            why = (f"got {self.project!r}, which holds {' '.join(bad)}" if bad else
+                   f"got {len(self.project)} characters" if self.project.strip() else "got an empty name")
+            raise ValueError(f"project: W&B project names have 1 to 128 characters, none of "
+                             f"{' '.join(_WANDB_PROJECT_FORBIDDEN)}; {why}")
+        for i, tag in enumerate(self.tags):
+            if not 1 <= len(str(tag)) <= 64:
+                shown = str(tag) if len(str(tag)) <= 40 else str(tag)[:37] + "..."
+                raise ValueError(f"tags[{i}]: W&B tags have 1 to 64 characters, got {len(str(tag))} "
+                                 f"({shown!r})")
+        for key in ("entity", "group", "name"):
+            value = getattr(self, key)
+            if value is not None and not value.strip():
+                raise ValueError(f"{key}: expected a non-empty name or null (W&B's default), got {value!r}")
 
 
 @dataclass
 class LogConfig:
     run_dir: str | None = None
-    """Run directory (metrics.csv, checkpoint.pt, wandb/); default runs/<env>-<algo>-s<seed>-<time>."""
+    """Run directory (metrics.csv, checkpoint.pt, wandb/); default runs/<env>-<algo>-s<seed>-<time>. ``~`` and
+    ``$VAR`` are expanded."""
     progress: bool = True
     """tqdm progress bar."""
     checkpoint: bool = True
     """Write checkpoint.pt atomically at each evaluation and at the end."""
-    save_replay: bool = False
-    """Also save the replay storage (compressed .npz) beside each checkpoint, for exact resume."""
+    save_replay: bool = True
+    """Save the replay beside each checkpoint, so that ``--resume`` continues exactly: a compressed base
+    (``replay.npz``) and an append-only log of the episodes added since (``replay-<env steps>.log``); each
+    checkpoint appends its new episodes, and the base is rewritten only once the log outgrows the replay's
+    capacity. false: a resumed run starts with an empty replay."""
     video_every: int = 0
     """Log an evaluation video to W&B every N evaluations (>= 0; 0 = never)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a value of the wrong type, a negative ``video_every``, an empty ``run_dir``."""
+        """``~`` and ``$VAR`` in ``run_dir`` are expanded as a shell would.
+
+        Raises:
+            ValueError: a value of the wrong type, a negative ``video_every``, an empty ``run_dir``, or one with an
+                unset ``$VAR``."""
         check_types(self)
         check_ranges(self, {"video_every": NON_NEGATIVE})
         if self.run_dir is not None and not self.run_dir.strip():
             raise ValueError("run_dir must be a directory path, got an empty value; leave log.run_dir out for the "
                              "default runs/<env>-<algo>-s<seed>-<time>")
+        if self.run_dir is not None:  # as a shell would have: `log.run_dir=~/runs/x` is not a folder named "~"
+            expanded = os.path.expandvars(os.path.expanduser(self.run_dir))
+            if "$" in expanded:
+                raise ValueError(f"run_dir: expected a directory path, got {self.run_dir!r}, whose $ names an unset "
+                                 "environment variable")
+            self.run_dir = expanded
 
 
 @dataclass
@@ -469,20 +506,40 @@ def config_dir() -> Traversable:
     return importlib.resources.files("her_configs")
 
 
-def resolve_config_path(name: str) -> Path | Traversable:
-    """A YAML path, or a config name in ``configs/`` (``fetch_reach_ddpg`` or ``fetch_reach_ddpg.yaml``).
+def resolve_config_path(name: str, beside: Path | Traversable | None = None) -> Path | Traversable:
+    """A YAML path, or a config name in ``configs/`` (``fetch_reach_ddpg`` or ``fetch_reach_ddpg.yaml``). ``~`` and
+    ``$VAR`` / ``${VAR}`` in a path are expanded as a shell would (a quoted argument or a YAML value reaches us
+    unexpanded).
+
+    Args:
+        beside: the YAML file whose ``defaults:`` names ``name``: a relative path is looked up in that file's
+            directory (not the current one), then among the shipped configs.
 
     Raises:
-        FileNotFoundError: neither exists (lists the shipped configs).
+        FileNotFoundError: neither exists (lists the shipped configs, and what ``~`` / ``$VAR`` expanded to).
     """
-    p = Path(name)
-    if p.is_file():
-        return p
+    expanded = os.path.expandvars(os.path.expanduser(name))
+    p = Path(expanded)
+    if beside is None or p.is_absolute():
+        if p.is_file():
+            return p
+    else:
+        here = beside.parent if isinstance(beside, Path) else None
+        for near in (here / expanded, here / f"{expanded}.yaml") if here is not None else ():
+            if near.is_file():
+                return near
     for cand in (config_dir() / name, config_dir() / f"{name}.yaml"):
         if cand.is_file():
             return cand
     shipped = sorted(q.name[:-5] for q in config_dir().iterdir() if q.name.endswith(".yaml"))
-    raise FileNotFoundError(f"config {name!r} is neither a file nor one of the shipped configs: {shipped}")
+    what = f"config {name!r}" if beside is None else f"config {beside}: defaults entry {name!r}"
+    where = ("a file" if beside is None or p.is_absolute() or not isinstance(beside, Path)
+             else f"a file beside it ({beside.parent / expanded})")
+    if expanded != name:
+        where += f" (it expands to {expanded})"
+    elif "$" in name:
+        where += " (its $ names an unset environment variable)"
+    raise FileNotFoundError(f"{what} is neither {where} nor one of the shipped configs: {shipped}")
 
 
 def _valid_keys(node: Any, prefix: str = "") -> list[str]:
@@ -642,11 +699,46 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
         raise ValueError(f"{prefix}{exc}") from None
 
 
+def _check_literal(layer: DictConfig, where: str = "", prefix: str = "") -> None:
+    """Refuse OmegaConf's special values in a layer: an interpolation (``${...}``, also a resolver such as
+    ``${oc.env:HOME}``) or the missing-value marker ``???``; a config holds plain values (a run's ``config.yaml``
+    and checkpoint must say what it ran with).
+
+    Raises:
+        ValueError: one line naming ``where`` (the file), the key and the value."""
+    for key in layer:
+        full = f"{prefix}{key}"
+        if OmegaConf.is_missing(layer, key):
+            raise ValueError(f"{where}{full}: expected a value, got OmegaConf's missing-value marker '???'; set a "
+                             f"value or leave the key out for its default")
+        if OmegaConf.is_interpolation(layer, key):
+            raw = layer._get_node(key)._value()  # the text, unresolved
+            raise ValueError(f"{where}{full}: expected a plain value, got the OmegaConf interpolation {raw!r} "
+                             "(not supported in configs: write the value itself)")
+        node = layer._get_node(key)
+        if OmegaConf.is_dict(node):
+            _check_literal(node, where, f"{full}.")
+        elif OmegaConf.is_list(node):
+            for i in range(len(node)):
+                if OmegaConf.is_interpolation(node, i) or OmegaConf.is_missing(node, i):
+                    raise ValueError(f"{where}{full}[{i}]: expected a plain value, got {node._get_node(i)._value()!r}"
+                                     " (OmegaConf interpolations and '???' are not supported in configs)")
+
+
 def _check_overrides(overrides: list[str] | None) -> None:
+    """Raises:
+        ValueError: an override that is not ``key=value``, a key with an empty part (``a..b``, ``train.``,
+            ``.seed``), an interpolation or ``???`` as the value."""
     for o in overrides or []:
         key, _, value = o.partition("=")
         if "=" not in o or not key.strip():
             raise ValueError(f"override {o!r} is not of the form key=value (e.g. train.total_env_steps=5000)")
+        if any(not part.strip() for part in key.split(".")):
+            raise ValueError(f"override {o!r}: the key {key!r} has an empty part between its dots; expected "
+                             "section.key=value (e.g. train.total_env_steps=5000)")
+        if "${" in value or value.strip() == "???":
+            raise ValueError(f"{key.strip()}: expected a plain value, got {value.strip()!r} (OmegaConf interpolations "
+                             "and '???' are not supported in overrides: write the value itself)")
         # `log.run_dir=` reads as null, the default: refuse it as `env.id=` is, not silently use another directory
         if key.strip() == "log.run_dir" and value.strip() in ("", "''", '""'):
             raise ValueError("log.run_dir must be a directory path, got an empty value; leave log.run_dir out "
@@ -720,7 +812,18 @@ def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[Di
     if str(path) in chain:
         raise ValueError(f"config {path}: defaults form a cycle: {' -> '.join([*chain, str(path)])}")
     chain = (*chain, str(path))
-    text = path.read_text()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"config {path}: expected a readable YAML file, got {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config {path}: expected a YAML text file (UTF-8), got a binary file (byte "
+                         f"0x{data[exc.start]:02x} at offset {exc.start})") from None
+    if "\0" in text:
+        raise ValueError(f"config {path}: expected a YAML text file, got a binary file (a NUL byte at offset "
+                         f"{text.index(chr(0))})")
     try:
         cfg = OmegaConf.load(io.StringIO(text))
     except yaml.YAMLError as exc:
@@ -742,6 +845,7 @@ def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[Di
                          f"({first!r})")
     if len(cfg) == 0:
         raise ValueError(f"config {path}: expected a YAML mapping of settings (key: value), got an empty file")
+    _check_literal(cfg, f"config {path}: ")
     parents = cfg.pop("defaults", None)
     parents = [] if parents is None else [parents] if isinstance(parents, str) else parents
     if not isinstance(parents, (ListConfig, list)) or not all(
@@ -751,7 +855,7 @@ def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[Di
                          f"defaults: [fetch_push_ddpg]), got {got!r}")
     layers: list[DictConfig] = []
     for parent in parents:
-        layers += _read_yaml(resolve_config_path(parent) if not Path(parent).is_absolute() else Path(parent), chain)
+        layers += _read_yaml(resolve_config_path(parent, beside=path), chain)
     return layers + [cfg]
 
 

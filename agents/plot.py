@@ -25,7 +25,7 @@ import numpy as np
 
 from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
-__all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
+__all__ = ["build_parser", "check_math_text", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
 DEFAULT_OUT = "learning_curves.png"
 
@@ -43,13 +43,15 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         path = path / "metrics.csv"
     if not path.is_file():
         raise FileNotFoundError(f"no metrics.csv at {path}")
-    try:
-        with open(path, newline="") as f:
+    try:  # utf-8-sig: a CSV saved by a spreadsheet starts with a byte-order mark
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             columns = reader.fieldnames or []
             rows = [(reader.line_num, r) for r in reader]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ValueError(f"{path} is not a metrics CSV ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
     missing = [c for c in ("env_steps", "wall_time") if c not in columns]
     if missing:
         raise ValueError(f"{path} is not a metrics CSV (expected the columns env_steps and wall_time, got "
@@ -438,6 +440,27 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                          f"({', '.join(sorted(kinds))}), got {'.' + suffix if suffix else 'no suffix'}")
 
 
+def check_math_text(text: str, option: str) -> None:
+    """Refuse a text matplotlib would fail to draw: between two unescaped ``$`` it is parsed as math (mathtext),
+    and a parse error there otherwise comes out of ``savefig`` as a traceback.
+
+    Raises:
+        ValueError: one line naming ``option``, the text and matplotlib's complaint.
+    """
+    from matplotlib import cbook
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.mathtext import MathTextParser
+
+    if not cbook.is_math_text(text):
+        return
+    try:
+        MathTextParser("path").parse(text, dpi=72, prop=FontProperties())
+    except ValueError as exc:
+        why = " ".join(str(exc).split())[:160]
+        raise ValueError(f"{option} {text!r}: matplotlib cannot draw the math text between its $ signs ({why}); "
+                         f"write \\$ for a literal dollar sign") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     groups, rest = _split_labels(parser, list(sys.argv[1:] if argv is None else argv))
@@ -445,6 +468,14 @@ def main(argv: list[str] | None = None) -> int:
     _check_args(parser, args)
     if not groups:
         parser.error("no run directories given (her-plot --help shows the usage)")
+    if args.table is None:  # a table prints the labels as they are
+        try:
+            for label in groups:
+                check_math_text(label, "--label")
+            check_math_text(args.title or "", "--title")
+            check_math_text(args.metric, "--metric")
+        except ValueError as exc:
+            parser.error(str(exc))
     for label, runs in groups.items():  # the same run twice under one label would count twice in its mean
         seen: dict[Path, str] = {}
         for run in runs:

@@ -3,9 +3,9 @@
 Each trial is a normal run (``her_agents.loop.train.train`` in this process, its own run directory with
 ``metrics.csv``, config and checkpoint, W&B group = the study's name when W&B is on) of the config with the
 trial's sampled values as ``key=value`` overrides. The objective is a learning figure of the run's own evaluation
-rows (:class:`Objective`); every row is reported to the trial, and a trial the median pruner
+rows (``Objective``); every row is reported to the trial, and a trial the median pruner
 (``optuna.pruners.MedianPruner``: below the median of earlier trials at the same env step) prunes is stopped
-through the loop's own stop (:class:`TrialHooks`: a clean stop with a checkpoint) and marked pruned.
+through the loop's own stop (``TrialHooks``: a clean stop with a checkpoint) and marked pruned.
 
 The study lives in a storage file: a JournalStorage file (any path) or SQLite (``*.db``, ``*.sqlite``,
 ``sqlite:///...``). ``--n-trials N`` is the study's target of finished (complete or pruned) trials over every
@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from .loop.train import LoopHooks
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, print_to_pipe
 
 __all__ = ["DISTRIBUTIONS", "Objective", "Param", "TrialHooks", "best_trials_table", "check_space", "load_space",
            "main", "open_storage", "override", "parser", "run_study"]
@@ -76,7 +76,7 @@ def override(key: str, value: Any) -> str:
 
 
 def load_space(path: str | Path) -> list[Param]:
-    """Read and check a search-space YAML file (distributions only; keys are checked by :func:`check_space`).
+    """Read and check a search-space YAML file (distributions only; keys are checked by ``check_space``).
 
     Raises:
         FileNotFoundError: no file at ``path``.
@@ -203,7 +203,7 @@ class Objective:
 class TrialHooks(LoopHooks):
     """The training loop's hooks for one trial: each evaluation row is reported to the trial
     (``trial.report(objective.value(rows), env_steps)``); once ``trial.should_prune()`` says so, the loop stops
-    at its next env step as on a signal (checkpoint written), and :attr:`pruned` is set."""
+    at its next env step as on a signal (checkpoint written), and ``pruned`` is set."""
 
     def __init__(self, trial: Any, objective: Objective) -> None:
         self.trial, self.objective = trial, objective
@@ -369,6 +369,7 @@ def parser() -> OneLineErrorParser:
         prog="her-tune",
         description="Tune a config with Optuna: each trial a normal run of CONFIG with sampled key=value overrides, "
         "scored by a learning figure of its evaluations, median-pruned, in a resumable storage file.")
+    add_version_option(p)
     p.add_argument("config", help="YAML path or configs/ name, e.g. fetch_reach_sac")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every trial (default: none)")
     p.add_argument("--space", required=True, help="search-space YAML: key: {distribution, low, high | choices}")

@@ -289,11 +289,6 @@ class HerReplayBuffer:
         [`update_priorities`][her.buffer.HerReplayBuffer.update_priorities] applies."""
         return bool(getattr(self.sampler, "prioritized", False))
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if "writer" not in state:  # pickled when the storage staged the steps: those unfinished steps are dropped
-            self.writer = EpisodeWriter(self.storage)
-
     # -- writing (delegates)
     def add(
         self,

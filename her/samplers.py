@@ -15,7 +15,7 @@ slot (priorities) is bound to one storage by ``attach(storage)``, which ``HerRep
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -76,9 +76,6 @@ class UniformSampler:
     """
 
     prioritized = False
-
-    def __setstate__(self, state: dict[str, Any]) -> None:  # samplers pickled when bound to a storage had one
-        self.__dict__.update({k: v for k, v in state.items() if k != "storage"})
 
     def attach(self, storage: EpisodeStorage) -> None:
         """Check ``storage`` (nothing is kept).
@@ -241,13 +238,6 @@ class PrioritizedSampler:
         self._abs_td: np.ndarray | None = None  # rank-based only: last |delta| per slot, sized by attach
         if storage is not None:
             self.attach(storage)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "storage" in state:  # pickled when the storage was a constructor argument: it is the attached one
-            state = {**state, "_storage": state["storage"]}
-            del state["storage"]
-            state.setdefault("branching", state["sum_tree"].branching)
-        self.__dict__.update(state)
 
     def attach(self, storage: EpisodeStorage) -> None:
         """Size the priorities to ``storage``'s slots and register as its listener (the transitions it already

@@ -339,7 +339,7 @@ def test_resume_accepts_steps_logging_and_eval_overrides(finished_run, tmp_path,
     assert state["config"]["train"]["eval_every"] == 50
 
 
-@pytest.mark.parametrize("victim", ["checkpoint.pt", "replay.npz"])
+@pytest.mark.parametrize("victim", ["checkpoint.pt", "replay.npz", "replay-100.log"])
 def test_resume_with_a_truncated_file_is_one_line(finished_run, tmp_path, capsys, victim):
     run_dir = _copy(finished_run, tmp_path)
     data = (run_dir / victim).read_bytes()
@@ -347,7 +347,7 @@ def test_resume_with_a_truncated_file_is_one_line(finished_run, tmp_path, capsys
     code, err = _run(capsys, ["--resume", str(run_dir), "train.total_env_steps=200"])
     assert code == 2
     line = _one_error_line(err)
-    kind = "checkpoint" if victim == "checkpoint.pt" else "replay"
+    kind = {"checkpoint.pt": "checkpoint", "replay.npz": "replay", "replay-100.log": "replay log"}[victim]
     assert f"{kind} {run_dir / victim} cannot be read" in line and "truncated or corrupt" in line, line
 
 

@@ -85,6 +85,7 @@ def test_data_parallel_resume_restores_each_ranks_own_state(tmp_path, capsys):
     assert mid["ranks"][0]["agent_rng"] != mid["ranks"][1]["agent_rng"]  # each rank's own state, not rank 0's
     assert mid["ranks"][0]["envs"] != mid["ranks"][1]["envs"]
     assert (resumed / "replay.npz").exists() and (resumed / "replay-rank1.npz").exists()
+    assert (resumed / "replay-100.log").exists() and (resumed / "replay-rank1-100.log").exists()
 
     proc = _torchrun(2, [], resumed, tmp_path / "dump_resumed", resume=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -502,5 +502,6 @@ def test_a_second_ctrl_c_names_the_last_checkpoint_and_a_resume_without_replay_s
 
     train(_small_cfg(run_dir, "train.total_env_steps=300", "log.save_replay=false", mode="disabled"),
           resume=str(run_dir))
-    assert (f"her-train: {run_dir} holds no replay (the run had log.save_replay=false): the replay buffer starts "
-            "empty; the agent, normalizers and counters continue") in capsys.readouterr().out
+    assert (f"her-train: no replay to restore in {run_dir}: the run saved none with its checkpoints, "
+            "log.save_replay=false; the replay buffer starts empty, the agent, normalizers and counters continue"
+            ) in capsys.readouterr().out

@@ -80,12 +80,9 @@ from ..algos.normalizer import RunningNormalizer
 from ..config import Config, config_dict
 from ..loop.train import LoopHooks, TrainResult, UpdateSchedule, train
 from ..run.checkpoint import (
-    REPLAY_FILE,
-    commit_replay,
-    load_replay_arrays,
+    ReplayFiles,
     replay_name,
     save_checkpoint,
-    write_pending_replay,
 )
 from .collective import Collective
 
@@ -385,21 +382,26 @@ class DistContext(LoopHooks):
             for acc, saved in zip(self._pending[n], arrays):
                 acc[...] = saved
 
+    @property
+    def replay_name(self) -> str:  # type: ignore[override]
+        """This rank's replay files (``her_agents.run.checkpoint.replay_name``)."""
+        return replay_name(self.rank)
+
     def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
-                        replay_arrays: dict[str, np.ndarray] | None) -> None:
+                        replay: ReplayFiles) -> None:
         """Every rank's ``own`` state gathered into rank 0's ``checkpoint.pt`` (``ranks``, in rank order), each
-        rank's replay in its own file (``her_agents.run.checkpoint.replay_name``): all pending replays are
-        written before the checkpoint, renamed after it, so every kill point leaves matching files.
+        rank's replay in its own files (``her_agents.run.checkpoint.ReplayFiles``): every rank prepares its
+        replay before the checkpoint and commits it after, so every kill point leaves matching files.
 
         Raises:
             OSError: this rank's write failed (or what the failing write raised).
             RuntimeError: another rank's write failed (the previous checkpoint stays valid).
         """
-        name, steps = replay_name(self.rank), int(shared["counters"]["env_steps"])
-        pending, error = None, None
+        steps = int(shared["counters"]["env_steps"])
+        error = None
         try:
-            if replay_arrays is not None:
-                pending = write_pending_replay(run_dir, replay_arrays, steps, name)
+            if replay.saving:
+                own = {**own, **replay.prepare(steps)}
         except Exception as exc:
             error = exc
         parts = self.comm.gather_object((own, error is None))
@@ -412,20 +414,18 @@ class DistContext(LoopHooks):
             except Exception as exc:
                 error = exc
         if not self.share(written):
-            if pending is not None:
-                pending.unlink(missing_ok=True)  # the previous checkpoint and replays stay a matching set
+            if replay.saving:
+                replay.abort()  # the previous checkpoint and replays stay a matching set
             raise error or RuntimeError(f"rank {self.rank}: no checkpoint written at {steps} env steps: another "
                                         "rank could not write its part (see its error)")
-        if pending is not None:
-            commit_replay(pending, name)
-        else:  # a replay of an overwritten run or of earlier checkpoints: not this state
-            (run_dir / (REPLAY_FILE if self.rank == 0 else f"{name}.npz")).unlink(missing_ok=True)
+        if replay.saving:
+            replay.commit()
+        else:  # replay files of an overwritten run or of earlier checkpoints: not this state
+            replay.remove()
 
-    def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                             dict[str, np.ndarray] | None]:
-        """This rank's entry of ``state["ranks"]`` and its own replay file."""
-        own = state["ranks"][self.rank] if "ranks" in state else state  # an older checkpoint: rank 0's for all
-        return own, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]), replay_name(self.rank))
+    def checkpoint_part(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This rank's entry of ``state["ranks"]``."""
+        return state["ranks"][self.rank] if "ranks" in state else state  # an older checkpoint: rank 0's for all
 
     # ------------------------------------------------------------------ end
     def dump(self) -> None:

@@ -35,17 +35,14 @@ from ..algos.base import Agent, q_clip_for_env
 from ..algos.registry import make_agent
 from ..config import Config, agent_config, check_device, config_dict, config_yaml
 from ..run.checkpoint import (
-    REPLAY_FILE,
+    ReplayFiles,
     check_world_size,
-    flatten_arrays,
     load_checkpoint,
     load_process_rng_state,
-    load_replay_arrays,
     load_replay_schedule,
     process_rng_state,
     replay_schedule,
-    save_run_state,
-    unflatten_arrays,
+    save_checkpoint,
     write_atomic,
 )
 from ..run.logger import NullLogger, RunLogger
@@ -318,24 +315,29 @@ class LoopHooks:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    replay_name: str = "replay"
+    """This process's replay files (``her_agents.run.checkpoint.replay_name``)."""
+
     def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
-                        replay_arrays: dict[str, np.ndarray] | None) -> None:
+                        replay: ReplayFiles) -> None:
         """Write ``shared`` (the agent, config, counters: the same on every process) and this process's ``own``
-        state to ``checkpoint.pt``, and ``replay_arrays`` (flat, or None without ``log.save_replay``) to
-        ``replay.npz``, atomically and as a matching pair (``her_agents.run.checkpoint``)."""
-        save_run_state(run_dir, {**shared, **own, "world_size": 1}, replay_arrays)
-        if replay_arrays is None:  # a replay.npz of an overwritten run or of earlier checkpoints: not this state
-            (run_dir / REPLAY_FILE).unlink(missing_ok=True)
+        state to ``checkpoint.pt``, with ``replay`` (or without: ``replay.saving`` False, ``log.save_replay``
+        off) in the crash-safe order of ``her_agents.run.checkpoint.ReplayFiles``."""
+        if not replay.saving:  # replay files of an overwritten run or of earlier checkpoints: not this state
+            save_checkpoint(run_dir / "checkpoint.pt", {**shared, **own, "world_size": 1})
+            replay.remove()
+            return
+        own = {**own, **replay.prepare(int(shared["counters"]["env_steps"]))}
+        try:
+            save_checkpoint(run_dir / "checkpoint.pt", {**shared, **own, "world_size": 1})
+        except BaseException:
+            replay.abort()
+            raise
+        replay.commit()
 
-    def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                             dict[str, np.ndarray] | None]:
-        """This process's own state in ``state`` (a loaded ``checkpoint.pt`` of a run of as many processes)
-        and its replay arrays (None when the run saved none).
-
-        Raises:
-            ValueError: a replay file that does not belong to the checkpoint or cannot be read.
-        """
-        return state, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]))
+    def checkpoint_part(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This process's own state in ``state`` (a loaded ``checkpoint.pt`` of a run of as many processes)."""
+        return state
 
 
 class EvalLog:
@@ -434,6 +436,10 @@ class TrainingState:
     rare_states: bool = False
     """Whether the training envs archive states for rare-state starts (``env.rare_state_start`` > 0): their
     archives go into checkpoints."""
+    replay_files: ReplayFiles | None = None
+    """The replay on disk (made at the first checkpoint or the resume)."""
+    envs_restored: bool = False
+    """Whether ``restore`` restored the training envs' RNGs."""
 
     def shared(self, cfg: Config) -> dict[str, Any]:
         return {"agent": self.agent.state_dict(), "config": config_dict(cfg),
@@ -452,48 +458,52 @@ class TrainingState:
             **({"behaviour_goals": self.goals.state_dict()} if self.goals is not None else {}),
         }
 
-    def restore(self, state: dict[str, Any], own: dict[str, Any], replay_arrays: dict[str, np.ndarray] | None,
-                hooks: LoopHooks) -> bool:
-        """Load a checkpoint: ``state`` (``checkpoint.pt``), this process's ``own`` part of it and its replay
-        arrays (None: the storage restarts empty, its sampling RNG and prioritized schedules continue).
+    def restore(self, state: dict[str, Any], own: dict[str, Any], replay_files: ReplayFiles,
+                hooks: LoopHooks) -> str | None:
+        """Load a checkpoint: ``state`` (``checkpoint.pt``, migrated to the current format), this process's
+        ``own`` part of it and its replay files (none saved: the storage restarts empty, its sampling RNG and
+        prioritized schedules continue). Returns why no replay was restored (None: it was).
 
-        Returns whether the training envs' RNGs were restored: then ``env.reset()`` redoes the resets that
-        began their episodes at the checkpoint, as the uninterrupted run had them (a checkpoint of an older
-        version has none).
+        ``envs_restored`` says whether the training envs' RNGs were restored: then ``env.reset()`` redoes
+        the resets that began their episodes at the checkpoint, as the uninterrupted run had them (a checkpoint
+        of an older version has none). Entries None (a format-0 checkpoint without them,
+        ``her_agents.run.checkpoint.migrate_checkpoint``) leave the freshly built values.
         """
         self.agent.load_state_dict(state["agent"])
         self.counters.update(state["counters"])
         load_process_rng_state(own["rng"], self.rng)
-        if "agent_rng" in own:
+        if own["agent_rng"] is not None:
             self.agent.rng.bit_generator.state = own["agent_rng"]
-        if replay_arrays is not None:
-            self.replay.load_state_dict(unflatten_arrays(replay_arrays))
-        elif "replay_schedule" in own:
+        if own["replay_schedule"] is not None:
             load_replay_schedule(self.replay, own["replay_schedule"])
-        if "update_schedule" in own:
+        missing = replay_files.load(own, int(state["counters"]["env_steps"]))
+        self.replay_files = replay_files
+        if own["update_schedule"] is not None:
             self.schedule.load_state_dict(own["update_schedule"])
-        if "eval_window" in own:
+        if own["eval_window"] is not None:
             self.evals.load_state_dict(own["eval_window"])
-        hooks.load_state_dict(own.get("hooks", {}))
-        if self.goals is not None and "behaviour_goals" in own:
+        hooks.load_state_dict(own["hooks"])
+        if self.goals is not None and "behaviour_goals" in own:  # saved by runs with behaviour goals
             self.goals.load_state_dict(own["behaviour_goals"])
-        envs = own.get("envs", {})
+        envs = own["envs"]
         if len(envs.get("eval", ())) == self.eval_env.num_envs:  # env.eval_envs may change on resume
             set_vector_rng_states(self.eval_env, envs["eval"])
         if self.env is not None and self.rare_states and len(envs.get("train_archive", ())) == self.env.num_envs:
             self.env.set_attr("rare_state_archive", envs["train_archive"])
-        if self.env is not None and "train" in envs:
+        self.envs_restored = self.env is not None and "train" in envs
+        if self.envs_restored:
             set_vector_rng_states(self.env, envs["train"])
-            return True
-        return False
+        return missing
 
 
 def save_training_state(run_dir: Path, cfg: Config, state: TrainingState, hooks: LoopHooks,
                         save_replay: bool) -> None:
     """Checkpoint ``state`` into ``run_dir`` through ``hooks.save_checkpoint`` (with ``save_replay``, the replay
     storage too)."""
-    arrays = flatten_arrays(state.replay.state_dict()) if save_replay else None
-    hooks.save_checkpoint(run_dir, state.shared(cfg), state.own(hooks), arrays)
+    if state.replay_files is None:
+        state.replay_files = ReplayFiles(run_dir, state.replay, hooks.replay_name)
+    state.replay_files.saving = save_replay
+    hooks.save_checkpoint(run_dir, state.shared(cfg), state.own(hooks), state.replay_files)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -669,12 +679,12 @@ def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
     ([`TrainingState.restore`][her_agents.loop.train.TrainingState.restore])."""
     if saved is None:
         return None, False
-    own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
-    envs_restored = state.restore(saved, own, replay_arrays, hooks)
-    if replay_arrays is None and hooks.is_main:  # the run saved none: learning restarts from fewer episodes
-        tqdm.write(f"her-train: {run_dir} holds no replay (the run had log.save_replay=false): the replay buffer "
-                   "starts empty; the agent, normalizers and counters continue")
-    return saved.get("wandb_id"), envs_restored
+    own = hooks.checkpoint_part(saved)
+    missing = state.restore(saved, own, ReplayFiles(run_dir, state.replay, hooks.replay_name), hooks)
+    if missing is not None and hooks.is_main:  # learning restarts from fewer episodes
+        tqdm.write(f"her-train: no replay to restore in {run_dir}: {missing}; the replay buffer starts empty, the "
+                   "agent, normalizers and counters continue")
+    return saved["wandb_id"], state.envs_restored
 
 
 def collect(run: Run) -> None:

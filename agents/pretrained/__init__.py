@@ -2,7 +2,7 @@
 directory, ``her-eval --list-pretrained`` lists them.
 
 Each is a directory ``<name>/`` of this package (package data of the wheel) as ``her-export`` writes it: the model
-file (actor + normalizer statistics, :mod:`her_agents.run.policy_file`), ``config.yaml``, ``results.json`` (the
+file (actor + normalizer statistics, ``her_agents.run.policy_file``), ``config.yaml``, ``results.json`` (the
 success rate measured on 100 episodes of the shipped file by ``scripts/measure_pretrained.py``) and the model card
 ``README.md``. The names are the env ids; a name lists only where its model file ships.
 """
@@ -50,7 +50,7 @@ def pretrained_results(name: str) -> dict[str, Any]:
 
 
 def load_pretrained(name: str, device: str = "cpu") -> Any:
-    """The shipped policy ``name`` (:class:`her_agents.run.policy_file.Policy`; ``.agent.act`` acts).
+    """The shipped policy ``name`` (``her_agents.run.policy_file.Policy``; ``.agent.act`` acts).
 
     Raises:
         ValueError: an unknown name, or a model file this install cannot read.

@@ -3,15 +3,15 @@ Hugging Face Hub model repo (upload it with the Hub's own client, e.g. ``hugging
 makes no network call):
 
 - ``model.safetensors`` (``model.pt`` without the ``safetensors`` package): the actor and the normalizers'
-  statistics only (:mod:`her_agents.run.policy_file`), float16 when its success rate holds, else float32;
+  statistics only (``her_agents.run.policy_file``), float16 when its success rate holds, else float32;
 - ``config.yaml``: the run's config;
 - ``results.json``: the success rate measured on ``--episodes`` episodes of the exported file itself, the
   training env steps and wall time, the commit;
 - ``README.md``: the model card (Hub metadata in its YAML header, then the results and how to run it);
 - ``replay.mp4`` with ``--video``.
 
-The shipped policies (:mod:`her_agents.pretrained`) are such directories; ``scripts/measure_pretrained.py``
-re-measures their ``results.json`` and card with :func:`measure` and :func:`write_card`.
+The shipped policies (``her_agents.pretrained``) are such directories; ``scripts/measure_pretrained.py``
+re-measures their ``results.json`` and card with ``measure`` and ``write_card``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..tools import OneLineErrorParser
+from ..tools import OneLineErrorParser, add_version_option
 from .checkpoint import write_atomic
 from .policy_file import MODEL_FILES, load_policy, safetensors_available, write_policy_file
 
@@ -53,7 +53,7 @@ def source_commit() -> str | None:
 def measure(policy_path: str | Path, episodes: int = DEFAULT_EPISODES, seed: int = EVAL_SEED,
             device: str = "cpu") -> dict[str, Any]:
     """Evaluate the policy file at ``policy_path`` (or an exported directory) on ``episodes`` deterministic
-    episodes (:func:`her_agents.loop.train.evaluate`, eval envs seeded ``seed`` as ``her-eval`` does).
+    episodes (``her_agents.loop.train.evaluate``, eval envs seeded ``seed`` as ``her-eval`` does).
 
     Returns:
         ``success_rate``, ``final_distance`` (metres for Fetch), ``return``, ``episodes``, ``eval_seed``.
@@ -140,7 +140,7 @@ action = policy.agent.act(obs["observation"], obs["desired_goal"], deterministic
 
 
 def write_card(out_dir: Path, config: dict[str, Any], results: dict[str, Any], name: str | None = None) -> None:
-    """``README.md`` (:func:`model_card`) in ``out_dir``, atomically."""
+    """``README.md`` (``model_card``) in ``out_dir``, atomically."""
     text = model_card(config, results, name).encode()
     write_atomic(out_dir / "README.md", lambda f: f.write(text))
 
@@ -165,7 +165,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, episodes: int = DEFAULT
             is at least float32's less ``tolerance``, else float32.
         file_format: ``"safetensors"``, ``"torch"`` (``model.pt``) or ``"auto"`` (safetensors if installed).
         video: episodes rendered into ``replay.mp4`` (0: none).
-        commit: the training commit for the card (default :func:`source_commit`).
+        commit: the training commit for the card (default ``source_commit``).
         overwrite: replace an existing export in ``out_dir`` (default: refuse a non-empty directory).
         log: where progress lines go.
 
@@ -249,6 +249,7 @@ def export_parser() -> OneLineErrorParser:
         prog="her-export",
         description="Export a run's policy (actor + normalizer statistics) with its config, measured results and a "
         "model card to OUT_DIR, in the layout of a Hugging Face Hub model repo. No network call.")
+    add_version_option(parser)
     parser.add_argument("run_dir", help="a run directory (or its checkpoint.pt)")
     parser.add_argument("out_dir", help="the directory to write (created; must be empty unless --overwrite)")
     parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES,

@@ -66,7 +66,7 @@ def policy_tensors(agent: Any, dtype: torch.dtype = torch.float32) -> tuple[dict
 
 def write_policy_file(path: str | Path, agent: Any, config: dict[str, Any], dtype: torch.dtype = torch.float32
                       ) -> Path:
-    """Write ``agent``'s policy (:func:`policy_tensors`) and ``config`` (the run's config as a plain dict) to
+    """Write ``agent``'s policy (``policy_tensors``) and ``config`` (the run's config as a plain dict) to
     ``path`` atomically; a ``.safetensors`` suffix picks safetensors, anything else the weights-only torch file.
 
     Raises:
@@ -162,12 +162,12 @@ class Policy:
 
 
 def load_policy(path: str | Path, device: str = "cpu") -> Policy:
-    """Load a policy file or an exported directory (:func:`find_model_file`) for acting, weights cast to
+    """Load a policy file or an exported directory (``find_model_file``) for acting, weights cast to
     float32 on ``device``.
 
     Raises:
         FileNotFoundError: no policy file there.
-        ValueError: as :func:`read_policy_file`, or weights that do not fit the config's networks.
+        ValueError: as ``read_policy_file``, or weights that do not fit the config's networks.
     """
     from ..algos.base import q_clip_for_env
     from ..algos.registry import make_agent
