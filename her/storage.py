@@ -474,7 +474,7 @@ class EpisodeStorage:
         for T in lengths.tolist():
             r = records[off:off + T + 1]
             data = {"observation": r["observation"], "action": r["action"][:T], "reward": r["reward"][:T]}
-            if self.has_goals:
+            if ag is not None:
                 data["achieved_goal"], data["desired_goal"] = ag[off:off + T + 1], r["desired_goal"]
             for k in self.info_shapes:
                 data["info." + k] = r["info." + k][:T]

@@ -587,7 +587,8 @@ class HerTorchRLReplayBuffer:
         state = self.state_dict()
         meta = {"format": _DUMP_FORMAT, "write_count": state["write_count"], "n_envs": state.get("n_envs"),
                 "shapes": state.get("shapes")}
-        arrays = _flatten(state["her"]) if "her" in state else {}
+        # Any: numpy's stub would match the ** entries against savez_compressed's allow_pickle: bool
+        arrays: dict[str, Any] = _flatten(state["her"]) if "her" in state else {}
         _write_atomic(path / "buffer.npz", lambda f: np.savez_compressed(f, **arrays))
         _write_atomic(path / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
 
@@ -673,7 +674,7 @@ class HerTorchRLReplayBuffer:
             ("index",): t(slots.astype(np.int64)),
         }
         flat.update({key: t(np.ascontiguousarray(rec["info." + name])) for name, key in self.info_keys.items()
-                     if ("info." + name) in rec.dtype.names})
+                     if ("info." + name) in (rec.dtype.names or ())})
         if self.device.type != "cpu":
             flat = {key: v.to(self.device) for key, v in flat.items()}
         td = _nested_td(_nested(flat), torch.Size([B]), self.device)
