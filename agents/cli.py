@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, add_version_option, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, allocation_failure, cli_entry, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -29,7 +29,9 @@ def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False
         from .dist.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
+    from .run.run_control import launch_int
+
+    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
         from .loop.train import train
 
         return train(cfg, resume, overwrite)
@@ -113,13 +115,24 @@ def _last_checkpoint_hint(cfg: Config, args: argparse.Namespace) -> str:
 
 def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     """Run the training; the exit status, with one line on stderr for what stopped it early."""
-    from .run.run_control import TrainingStopped
+    from .loop.collect import NetworksDiverged
+    from .run.run_control import LaunchError, RunFailed, TrainingStopped
+    from her_envs import EnvWorkerDied
 
     try:
         result = run_training(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingStopped as exc:
         print(f"her-train: {exc}", file=sys.stderr)
         return exc.exit_code
+    except RunFailed as exc:  # a dead env worker, diverged networks: the line says what to do
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (EnvWorkerDied, NetworksDiverged) as exc:  # the same outside the plain loop (the actor-learner)
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 1
+    except LaunchError as exc:  # torchrun's variables, dist.backend, a process group that does not form
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
         print("her-train: interrupted" + _last_checkpoint_hint(cfg, args), file=sys.stderr)
         return 130
@@ -131,6 +144,22 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
         print(f"her-train: error: out of memory ({what}); lower replay.capacity (now {cfg.replay.capacity})",
               file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # torch's allocator during the updates (a batch too large for the device)
+        asked = allocation_failure(exc)
+        if asked is None:
+            raise
+        print(f"her-train: error: out of memory: torch asked for {asked}; lower train.batch_size (now "
+              f"{cfg.train.batch_size}) or agent.hidden (now {list(cfg.agent.hidden)})", file=sys.stderr)
+        return 2
+    except BrokenPipeError as exc:
+        if exc.filename:
+            raise
+        # stdout's reader ended (`her-train ... | head`): nothing more can be shown there
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        print("her-train: error: the program reading its output ended (a closed pipe), so the run stopped"
+              + _last_checkpoint_hint(cfg, args).replace(" before its own checkpoint", "")
+              + "; send the output to a file instead (`her-train ... > train.log`)", file=sys.stderr)
+        return 1
     except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
         print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "
               f"{exc.strerror or exc}{_after_write_error(exc)}", file=sys.stderr)
@@ -141,6 +170,7 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+@cli_entry("her-train")
 def train_main(argv: list[str] | None = None) -> int:
     parser = train_parser()
     args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
@@ -150,7 +180,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
     from .config import config_yaml, load_config
     from .run.logger import check_wandb_env
-    from .run.video import check_gl_backend
+    from .run.video import prepare_gl
 
     try:
         cfg = _resumed_config(args) if args.resume else load_config(args.config or DEFAULT_CONFIG, args.overrides)
@@ -158,7 +188,7 @@ def train_main(argv: list[str] | None = None) -> int:
             return 0
         if args.print_config:
             return print_to_pipe(config_yaml(cfg))
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
+        prepare_gl(video=cfg.log.video_every > 0)  # before `import mujoco`, which loads MUJOCO_GL's library
         check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
     except (ValueError, FileNotFoundError, RuntimeError) as exc:  # one line, no usage text: the message says
         print(f"her-train: error: {exc}", file=sys.stderr)  # what to fix
@@ -196,7 +226,7 @@ def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     from .config import check_device
     from .run.checkpoint import check_writable
-    from .run.video import check_gl_backend, default_headless_gl
+    from .run.video import prepare_gl
 
     try:
         check_device(args.device, "--device")
@@ -207,9 +237,8 @@ def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             check_writable(args.video)  # before the evaluation, which the video would otherwise only follow
         except OSError as exc:
             return f"--video {args.video}: cannot write {exc.filename} ({exc.strerror})"
-        default_headless_gl()  # before MuJoCo loads
     try:
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco` itself, video or not
+        prepare_gl(video=bool(args.video))  # before `import mujoco`, which loads MUJOCO_GL's library
     except RuntimeError as exc:
         return str(exc)
     return None
@@ -276,6 +305,7 @@ def _eval_policy_file(parser: argparse.ArgumentParser, args: argparse.Namespace)
     return _record_video(policy.agent, policy.env_id, args) if args.video else 0
 
 
+@cli_entry("her-eval")
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .tools import OneLineErrorParser, add_version_option, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, cli_entry, print_to_pipe
 
 __all__ = ["build_parser", "check_math_text", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
@@ -461,6 +461,7 @@ def check_math_text(text: str, option: str) -> None:
                          f"write \\$ for a literal dollar sign") from None
 
 
+@cli_entry("her-plot")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     groups, rest = _split_labels(parser, list(sys.argv[1:] if argv is None else argv))

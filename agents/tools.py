@@ -5,11 +5,51 @@ command line of a checkpoint analysis, and the ``--version`` option they share. 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["OneLineErrorParser", "add_version_option", "checkpoint_analysis", "package_version", "print_to_pipe"]
+__all__ = ["OneLineErrorParser", "add_version_option", "allocation_failure", "checkpoint_analysis", "cli_entry",
+           "package_version", "print_to_pipe"]
+
+
+def allocation_failure(exc: BaseException) -> str | None:
+    """If ``exc`` is torch's allocator refusing memory (CPU: ``RuntimeError ... can't allocate memory: you
+    tried to allocate N bytes``; CUDA: ``torch.OutOfMemoryError ... Tried to allocate 1.5 GiB``) or a
+    ``MemoryError``: what was asked for, e.g. ``"149.0 GiB on the CPU"`` (``"memory"`` when the message does not
+    say); else None."""
+    text = str(exc)
+    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or (isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))):
+        return None
+    where = " on the GPU" if ("CUDA" in text or "GPU" in text) else " on the CPU"
+    if m := re.search(r"allocate (\d+) bytes", text):
+        return f"{int(m.group(1)) / 2**30:.1f} GiB{where}"
+    if m := re.search(r"[Tt]ried to allocate ([\d.]+ [KMGT]?i?B)", text):
+        return m.group(1) + where
+    return "memory" + where
+
+
+def cli_entry(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorate a command's ``main(argv=None) -> int``: a Ctrl-C anywhere in it that nothing inside handles
+    (importing torch, loading a checkpoint, evaluating) ends it with the one line ``<prog>: interrupted`` on
+    stderr and exit status 130, not a ``KeyboardInterrupt`` traceback."""
+    def decorate(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapper(*args: Any, **kwargs: Any) -> int:
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                try:
+                    print(f"{prog}: interrupted", file=sys.stderr)
+                except OSError:
+                    pass
+                return 130
+        return wrapper
+    return decorate
 
 
 def package_version() -> str:

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from .loop.train import LoopHooks
-from .tools import OneLineErrorParser, add_version_option, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, cli_entry, print_to_pipe
 
 __all__ = ["DISTRIBUTIONS", "Objective", "Param", "TrialHooks", "best_trials_table", "check_space", "load_space",
            "main", "open_storage", "override", "parser", "run_study"]
@@ -394,6 +394,7 @@ def parser() -> OneLineErrorParser:
     return p
 
 
+@cli_entry("her-tune")
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_intermixed_args(argv)

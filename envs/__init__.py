@@ -13,6 +13,7 @@ from . import goal_env as goal_env  # the old module path, still an attribute af
 from .make import FETCH_TASKS, goal_env_spec, make_env
 from .spec import GoalEnvSpec, ThresholdReward, ThresholdSuccess, check_rewards, spec_from_env
 from .vector import (
+    EnvWorkerDied,
     VectorStep,
     generator_from_state,
     make_vector_env,
@@ -37,6 +38,7 @@ __all__ = [
     "FETCH_TASKS",
     "BehaviourGoal",
     "CopyObservation",
+    "EnvWorkerDied",
     "EpisodeStartRNG",
     "GoalEnvSpec",
     "GraspedStart",

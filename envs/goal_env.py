@@ -32,6 +32,7 @@ from .spec import (
     spec_from_env,
 )
 from .vector import (
+    EnvWorkerDied,
     VectorStep,
     generator_from_state,
     make_vector_env,
@@ -57,6 +58,7 @@ __all__ = [
     "GOAL_KEYS",
     "BehaviourGoal",
     "CopyObservation",
+    "EnvWorkerDied",
     "EpisodeStartRNG",
     "GoalEnvSpec",
     "GraspedStart",

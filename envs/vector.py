@@ -14,19 +14,26 @@ resume restores ([`vector_rng_states`][her_envs.vector.vector_rng_states],
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import multiprocessing
-from collections.abc import Mapping
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.async_vector_env import AsyncState
 
 from .make import goal_env_spec, make_env
 from .wrappers import BehaviourGoal, EpisodeStartRNG, GraspedStart, RareStateStart
 
 __all__ = [
-    "VectorStep", "generator_from_state", "make_vector_env", "set_vector_rng_states", "split_autoreset",
+    "EnvWorkerDied", "VectorStep", "generator_from_state", "make_vector_env", "set_vector_rng_states", "split_autoreset",
     "step_info", "vector_rng_states",
 ]
 
@@ -71,7 +78,7 @@ def make_vector_env(
         raise TypeError(f"n_envs must be an int >= 1, got {type(n_envs).__name__}: {n_envs!r}")
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
-    classes = {"sync": gym.vector.SyncVectorEnv, "async": gym.vector.AsyncVectorEnv}
+    classes = {"sync": gym.vector.SyncVectorEnv, "async": _AsyncVectorEnv}
     if vectorization not in classes:
         raise ValueError(f"vectorization must be one of {sorted(classes)}, got {vectorization!r}")
     goal_env_spec(env_id)  # validates id, spaces and reward here, not inside a worker
@@ -85,15 +92,159 @@ def make_vector_env(
             check.reset(seed=0)
         finally:
             check.close()
-    fns = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals, rare_state_start,
-                             rare_state_cell) for _ in range(int(n_envs))]
-    kwargs = {"context": _ASYNC_START_METHOD} if vectorization == "async" else {}
-    venv: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
+    fns: list[Callable[[], gym.Env]] = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals, rare_state_start,
+                                                          rare_state_cell) for _ in range(int(n_envs))]
+    kwargs: dict[str, Any] = {}
+    if vectorization == "async":
+        fns = [_WorkerEnvFn(fn) for fn in fns]
+        kwargs["context"] = _ASYNC_START_METHOD
+    venv: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv = classes[vectorization](
+        fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
     if seed is not None:
         venv.reset(seed=seed)
         venv.action_space.seed(seed)
         venv.single_action_space.seed(seed)
     return venv
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Async workers: signals, and a worker that dies
+# ---------------------------------------------------------------------------------------------------------
+
+_CLOSE_TIMEOUT_S = 5.0
+"""How long a closing async vector env waits for a worker to answer ``close`` and exit before killing it."""
+_PR_SET_PDEATHSIG = 1
+
+
+class EnvWorkerDied(RuntimeError):
+    """A worker process of an async vector env died (SIGKILL from the out-of-memory killer, a crash in the
+    simulator's C code, a ``kill``): its env and the episode it was in are gone.
+
+    Attributes: ``index`` (the sub-env), ``pid``, ``exitcode`` (``multiprocessing``'s: ``-N`` for signal N,
+    None if it had not been reaped yet).
+    """
+
+    def __init__(self, index: int, pid: int | None, exitcode: int | None) -> None:
+        self.index, self.pid, self.exitcode = index, pid, exitcode
+        if exitcode is not None and exitcode < 0:
+            name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else f"signal {-exitcode}"
+            how = f"was killed by {name}" + (" (the out-of-memory killer sends it: see `dmesg`)"
+                                               if -exitcode == signal.SIGKILL else "")
+        elif exitcode is not None:
+            how = f"exited with status {exitcode}"
+        else:
+            how = "closed its pipe"
+        super().__init__(f"env worker {index} (pid {pid}) {how}")
+
+
+class _WorkerEnvFn:
+    """An async worker's env factory that first detaches the worker from the trainer's signal handling.
+
+    A forked worker inherits the trainer's Python signal handlers (its graceful stop) and, as a member of the
+    same process group, gets the terminal's SIGINT / SIGHUP and a scheduler's group SIGTERM too. It ignores all
+    three: the trainer coordinates a stop (it checkpoints, reading the workers' RNG states, then closes them),
+    and a worker that died on its own signal would break that. It ends with the trainer whatever ends it: it
+    asks the kernel for SIGKILL when its parent dies (Linux), and a closing vector env kills a worker that does
+    not answer (``_AsyncVectorEnv.close_extras``)."""
+
+    def __init__(self, fn: Callable[[], gym.Env]) -> None:
+        self.fn = fn
+        self.parent_pid = os.getpid()
+        self.parent_is_main_thread = threading.current_thread() is threading.main_thread()
+
+    def __call__(self) -> gym.Env:
+        if os.getpid() != self.parent_pid:  # in the worker (never change the trainer's own handlers)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+            # the kernel signals the worker when the *thread* that forked it ends: only tie it to a main thread
+            if sys.platform.startswith("linux") and self.parent_is_main_thread:
+                try:
+                    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+                except (OSError, AttributeError):
+                    pass
+                if os.getppid() != self.parent_pid:  # the trainer died before prctl took effect
+                    os._exit(1)
+        return self.fn()
+
+
+class _AsyncVectorEnv(gym.vector.AsyncVectorEnv):
+    """gymnasium's ``AsyncVectorEnv``, where a worker that dies raises ``EnvWorkerDied`` (naming it)
+    instead of a bare ``EOFError`` / ``BrokenPipeError``, and ``close`` never waits on a dead or silent worker:
+    after one died, or when a worker does not answer ``close`` within a few seconds, the rest are killed
+    (they ignore SIGTERM, see ``_WorkerEnvFn``)."""
+
+    _worker_lost = False
+
+    def _died(self) -> EnvWorkerDied:
+        self._worker_lost = True
+        deadline = time.monotonic() + 2.0  # the pipe closes as the process dies: reap it to read how
+        while True:
+            dead = [(i, p) for i, p in enumerate(self.processes) if p.exitcode is not None]
+            if dead or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        i, p = dead[0] if dead else next(((i, p) for i, p in enumerate(self.processes)
+                                          if self.parent_pipes[i] is None or self.parent_pipes[i].closed),
+                                         (0, self.processes[0]))
+        return EnvWorkerDied(i, p.pid, p.exitcode)
+
+    def _guard(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except (EOFError, ConnectionError) as exc:  # ConnectionError: BrokenPipeError, ConnectionResetError
+            raise self._died() from exc
+
+    def reset_async(self, *args: Any, **kwargs: Any) -> None:
+        self._guard(super().reset_async, *args, **kwargs)
+
+    def reset_wait(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().reset_wait, *args, **kwargs)
+
+    def step_async(self, actions: Any) -> None:
+        self._guard(super().step_async, actions)
+
+    def step_wait(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().step_wait, *args, **kwargs)
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:  # name positional-only, as gymnasium's
+        self._guard(super().call_async, name, *args, **kwargs)
+
+    def call_wait(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().call_wait, *args, **kwargs)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        self._guard(super().set_attr, name, values)
+
+    def _check_spaces(self) -> Any:
+        return self._guard(super()._check_spaces)
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Close the workers: ask each to close (``timeout``, default a few seconds, for a pending call to
+        finish first); kill those that died's siblings, those that do not answer, and all with ``terminate``."""
+        wait = _CLOSE_TIMEOUT_S if timeout is None else timeout
+        graceful = not (terminate or self._worker_lost)
+        if graceful:
+            try:
+                if self._state != AsyncState.DEFAULT:  # a pending call first
+                    getattr(self, f"{self._state.value}_wait")(wait)
+                live = [p for p in self.parent_pipes if p is not None and not p.closed]
+                for pipe in live:
+                    pipe.send(("close", None))
+                for pipe in live:
+                    if not pipe.poll(wait):
+                        raise TimeoutError
+                    pipe.recv()
+            except Exception:  # a dead, failing or silent worker: kill them all below
+                graceful = False
+        for pipe in self.parent_pipes:
+            if pipe is not None:
+                pipe.close()
+        for process in self.processes:
+            if graceful:
+                process.join(wait)
+            if process.is_alive():
+                process.kill()
+            process.join()
 
 
 def _vector_sub_env(env_id: str, grasped_start: float = 0.0, behaviour_goals: bool = False,

@@ -290,8 +290,8 @@ class EnsembleCritic(nn.Module):
     """``n_critics`` Q-networks evaluated in one pass: ``(state [B, S], action [B, A]) -> Q [n_critics, B]``.
 
     ``member=i`` evaluates only critic ``i`` (output ``[1, B]``), e.g. TD3's actor loss on ``Q_1``.
-    ``n_quantiles > 1``: each critic outputs that many quantiles of the return (TQC), ``[n_critics, B,
-    n_quantiles]`` (``[1, B, n_quantiles]`` for ``member=i``).
+    ``n_quantiles`` given (TQC): each critic outputs that many quantiles of the return, ``[n_critics, B,
+    n_quantiles]`` (``[1, B, n_quantiles]`` for ``member=i``), also for one quantile.
     """
 
     def __init__(
@@ -301,14 +301,14 @@ class EnsembleCritic(nn.Module):
         hidden: Sequence[int] = (256, 256, 256),
         n_critics: int = 2,
         layer_norm: bool = False,
-        n_quantiles: int = 1,
+        n_quantiles: int | None = None,
     ) -> None:
         super().__init__()
         self.n_critics, self.n_quantiles = n_critics, n_quantiles
         dims = [state_dim + action_dim, *hidden]
         self.linears = nn.ModuleList(EnsembleLinear(n_critics, i, o) for i, o in itertools.pairwise(dims))
         self.norms = nn.ModuleList(EnsembleLayerNorm(n_critics, o) for o in hidden) if layer_norm else None
-        self.head = EnsembleLinear(n_critics, dims[-1], n_quantiles)
+        self.head = EnsembleLinear(n_critics, dims[-1], n_quantiles or 1)
 
     def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None) -> torch.Tensor:
         if member is None and self.n_critics == 1:
@@ -324,6 +324,6 @@ class EnsembleCritic(nn.Module):
             # handles an in-place op on a view with a copy of the whole base
             h = h.relu_()
         q = full_precision(self.head(h, member))
-        if self.n_quantiles == 1:
+        if self.n_quantiles is None:
             q = q.squeeze(-1)
         return q if member is None else q.unsqueeze(0)

@@ -58,6 +58,7 @@ from ..loop import (EvalLog, LoopHooks, TrainingState, TrainResult, UpdateSchedu
                     choose_action, collect_step, learn_step, normalize_from_episode)
 from ..loop.train import new_counters, open_run_dir, save_training_state, seed_everything
 from ..run.logger import RunLogger
+from ..run.run_control import LaunchError
 from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
 
@@ -346,7 +347,7 @@ def _init_rpc(cfg: Config, rank: int, world: int) -> None:
     try:
         rpc.init_rpc(_worker_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
     except Exception as exc:
-        raise RuntimeError(
+        raise LaunchError(
             f"rank {rank}: could not join the RPC group of WORLD_SIZE={world} at "
             f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({type(exc).__name__}: {exc}). "
             "Check that every rank was started and the address is reachable."

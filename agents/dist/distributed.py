@@ -79,6 +79,7 @@ from ..algos.base import Agent
 from ..algos.normalizer import RunningNormalizer
 from ..config import Config, config_dict
 from ..loop.train import LoopHooks, TrainResult, UpdateSchedule, train
+from ..run.run_control import LaunchError, launch_int
 from ..run.checkpoint import (
     ReplayFiles,
     replay_name,
@@ -108,24 +109,24 @@ def rendezvous_env() -> dict[str, Any]:
     """``rank``, ``world_size``, ``local_rank`` from the env (1 process without ``WORLD_SIZE``).
 
     Raises:
-        RuntimeError: ``WORLD_SIZE > 1`` but a rendezvous variable is missing or malformed.
+        LaunchError: ``WORLD_SIZE > 1`` but a rendezvous variable is missing or malformed.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    world = launch_int("WORLD_SIZE", 1)
     if world <= 1:
         return {"rank": 0, "world_size": 1, "local_rank": 0}
     missing = [k for k in RENDEZVOUS_VARS if not os.environ.get(k)]
     if missing:
-        raise RuntimeError(
+        raise LaunchError(
             f"WORLD_SIZE={world} but the rendezvous variable(s) {missing} are not set. Launch with torchrun, "
             "e.g. `torchrun --standalone --nproc_per_node=2 -m her_agents.cli ...` (one machine) or "
             "`torchrun --nnodes=2 --node_rank=N --nproc_per_node=G --rdzv_backend=c10d "
             "--rdzv_endpoint=HOST:PORT -m her_agents.cli ...`, or set all of RANK, WORLD_SIZE, MASTER_ADDR, "
             "MASTER_PORT (or unset WORLD_SIZE for a single process)."
         )
-    rank = int(os.environ["RANK"])
+    rank = launch_int("RANK", 0)
     if not 0 <= rank < world:
-        raise RuntimeError(f"RANK={rank} is outside [0, WORLD_SIZE={world})")
-    return {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0)}
+        raise LaunchError(f"RANK={rank} is outside [0, WORLD_SIZE={world})")
+    return {"rank": rank, "world_size": world, "local_rank": launch_int("LOCAL_RANK", 0)}
 
 
 def flat_config(cfg: Config | dict) -> dict[str, Any]:
@@ -200,6 +201,11 @@ class DataParallelAgent:
     @property
     def num_updates(self) -> int:
         return self.agent.num_updates
+
+    @property
+    def config(self) -> Any:
+        """The wrapped agent's config (the loop reads ``q_clip`` from it to notice diverged networks)."""
+        return getattr(self.agent, "config", None)
 
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         return self.agent.act(observation, desired_goal, deterministic)
@@ -471,7 +477,8 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
         timeout_s: how long to wait for all ranks at the rendezvous (and for each collective).
 
     Raises:
-        RuntimeError: ``WORLD_SIZE > 1`` with missing rendezvous variables, or the group could not form in time.
+        LaunchError: ``WORLD_SIZE > 1`` with missing rendezvous variables, ``nccl`` without a CUDA GPU for this
+            rank, or the group could not form in time.
     """
     env = rendezvous_env()
     if env["world_size"] == 1:
@@ -481,13 +488,20 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not dist.is_nccl_available() or env["local_rank"] >= gpus:
+            have = ("this torch has no NCCL" if not dist.is_nccl_available() else
+                    f"LOCAL_RANK={env['local_rank']} but this machine has {gpus} CUDA GPU(s)")
+            raise LaunchError(f"rank {rank}: dist.backend=nccl needs a CUDA GPU per process on each node and a torch "
+                              f"built with NCCL ({have}): use dist.backend=gloo (or auto), or launch at most as "
+                              "many processes per node as it has GPUs")
         device = torch.device("cuda", env["local_rank"])
         torch.cuda.set_device(device)
     ctx = DistContext(Collective(rank, world, device), local_rank=env["local_rank"], backend=backend,
                       timeout_s=timeout_s)
     if dist.is_initialized():  # someone else formed it (e.g. a test harness): use it, do not destroy it
         if dist.get_world_size() != world or dist.get_rank() != rank:
-            raise RuntimeError(f"a process group of world size {dist.get_world_size()} / rank {dist.get_rank()} "
+            raise LaunchError(f"a process group of world size {dist.get_world_size()} / rank {dist.get_rank()} "
                                f"exists but the env says WORLD_SIZE={world} RANK={rank}")
         return ctx
     where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
@@ -502,7 +516,7 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
     except Exception as exc:
         if dist.is_initialized():
             dist.destroy_process_group()
-        raise RuntimeError(
+        raise LaunchError(
             f"rank {rank}: could not form the {backend} process group of WORLD_SIZE={world} at "
             f"{where} within {timeout_s:.0f} s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})."
             " Check that every rank was started (same --nproc_per_node/--nnodes), that MASTER_ADDR/MASTER_PORT "
@@ -518,7 +532,7 @@ def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool 
     torchrun's env vars.
 
     Raises:
-        RuntimeError: a rendezvous that cannot form (see ``init_distributed``).
+        LaunchError: a rendezvous that cannot form (see ``init_distributed``).
         ValueError: the ranks hold different configs, and what ``train`` raises.
     """
     ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)

@@ -46,9 +46,19 @@ from ..run.checkpoint import (
     write_atomic,
 )
 from ..run.logger import NullLogger, RunLogger
-from ..run.run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
-from .collect import choose_action, choose_behaviour_goals, collect_step, learn_step, normalize_from_episode
+from ..run.run_control import GracefulStop, RunDirLock, RunFailed, TrainingStopped, prepare_run_dir
+from ..tools import allocation_failure
+from .collect import (
+    NetworksDiverged,
+    check_finite_actions,
+    choose_action,
+    choose_behaviour_goals,
+    collect_step,
+    learn_step,
+    normalize_from_episode,
+)
 from her_envs import (
+    EnvWorkerDied,
     GoalEnvSpec,
     goal_env_spec,
     make_vector_env,
@@ -66,6 +76,7 @@ __all__ = [
     "UpdateSchedule",
     "build_agent",
     "build_replay",
+    "check_finite_parameters",
     "evaluate",
     "new_counters",
     "open_run_dir",
@@ -109,7 +120,7 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
 
     Raises:
         ValueError: an option the agent refuses, a ``q_clip`` that excludes the env's rewards, a device the
-            machine does not have.
+            machine does not have, networks (``agent.hidden``) too large for its memory.
     """
     configured = {} if "q_clip" in cfg.agent_unset else {"configured": cfg.agent.q_clip}
     q_clip = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
@@ -119,8 +130,15 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     config = agent_config(cfg, seed=cfg.train.seed if seed is None else seed, q_clip=q_clip, **derived)
     device = cfg.train.device if device is None else device
     check_device(device)
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config, device=device,
-                       n_threads=cfg.train.torch_threads)
+    try:
+        agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config,
+                           device=device, n_threads=cfg.train.torch_threads)
+    except (RuntimeError, MemoryError) as exc:
+        asked = allocation_failure(exc)
+        if asked is None:
+            raise
+        raise ValueError(f"agent.hidden={list(cfg.agent.hidden)}: the networks do not fit in memory (torch asked "
+                         f"for {asked} at once for one layer): use smaller layers") from None
     return agent, (None if configured else spec.reward_range)
 
 
@@ -249,7 +267,7 @@ def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int
     returns: list[float] = []
     ep_return = np.zeros(n)
     while (finished < share).any():
-        action = agent.act(obs["observation"], obs["desired_goal"], deterministic=True)
+        action = check_finite_actions(agent, agent.act(obs["observation"], obs["desired_goal"], deterministic=True))
         obs, reward, terminated, truncated, infos = env.step(action)
         ep_return += reward
         step = split_autoreset(obs, terminated, truncated, infos)
@@ -561,6 +579,9 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
     except KeyboardInterrupt:  # a second signal: stop now
         status = "interrupted"
         raise
+    except (EnvWorkerDied, NetworksDiverged) as exc:  # no checkpoint of this state: the last one stays
+        crash = exc
+        raise _run_failed(run, exc) from exc
     except BaseException as exc:
         crash = exc
         raise
@@ -569,6 +590,18 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
         run.logger.finish(status, crash if status == "crashed" else None)
     return TrainResult(run.run_dir, run.env_steps, run.state.evals.last_eval.get("success_rate", float("nan")),
                        run.state.evals.history)
+
+
+def _run_failed(run: Run, exc: EnvWorkerDied | NetworksDiverged) -> RunFailed:
+    """The ``RunFailed`` of a fault the loop cannot go on from, saying what to change."""
+    if isinstance(exc, NetworksDiverged):
+        keys = [k for k in ("actor_lr", "critic_lr", "alpha_lr") if hasattr(run.cfg.agent, k)]
+        now = ", ".join(f"{getattr(run.cfg.agent, k):g}" for k in keys)
+        reason = (f"{exc}: lower {', '.join('agent.' + k for k in keys)} (now {now}) and start a new run "
+                  "(a resume keeps the optimizers' learning rates)")
+        return RunFailed(reason, run.run_dir, run.env_steps, run.checkpoint_steps, resumable=False)
+    reason = f"training {exc}"
+    return RunFailed(reason, run.run_dir, run.env_steps, run.checkpoint_steps)
 
 
 @dataclass
@@ -592,6 +625,8 @@ class Run:
     env_id: str
     n_envs: int
     first_update: bool = True
+    checkpoint_steps: int | None = None
+    """The env steps of the last checkpoint in the run directory (None: none yet)."""
 
     @property
     def env_steps(self) -> int:
@@ -641,7 +676,7 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
         state.goal_given = choose_behaviour_goals(agent, replay, env, obs, np.ones(cfg.env.n_envs, bool),
                                                   cfg.env.behaviour_goals, state.goals, rng)
     return Run(cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
-               cfg.env.id, cfg.env.n_envs)
+               cfg.env.id, cfg.env.n_envs, checkpoint_steps=counters["env_steps"] if resume else None)
 
 
 def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, hooks: LoopHooks,
@@ -788,9 +823,31 @@ def write_checkpoint(run: Run) -> None:
     """Checkpoint the run (``save_training_state``) and tell the logger, which keeps metrics.csv and W&B in
     step with what a resume would redo."""
     run.state.extra["wandb_id"] = run.logger.run_id or run.wandb_id
+    check_finite_parameters(run.state.agent)  # never replace the last good checkpoint by NaN weights
     try:
         save_training_state(run.run_dir, run.cfg, run.state, run.hooks, run.cfg.log.save_replay)
     except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
         run.logger.checkpoint_failed()
         raise
+    run.checkpoint_steps = run.env_steps
     run.logger.checkpointed()  # W&B gets a row once a resume would not redo it
+
+
+def check_finite_parameters(agent: Agent) -> None:
+    """Raises ``NetworksDiverged`` when a floating-point tensor of ``agent.state_dict()`` (networks,
+    optimizer moments, normalizers) holds a NaN or an infinity."""
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, torch.Tensor):
+            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
+                raise NetworksDiverged(f"{path} is not finite", int(agent.num_updates))
+        elif isinstance(node, np.ndarray):
+            if node.dtype.kind == "f" and not np.isfinite(node).all():
+                raise NetworksDiverged(f"{path} is not finite", int(agent.num_updates))
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f"{path}[{i}]")
+
+    walk(agent.state_dict(), "")

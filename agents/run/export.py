@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..tools import OneLineErrorParser, add_version_option
+from ..tools import OneLineErrorParser, add_version_option, cli_entry
 from .checkpoint import write_atomic
 from .policy_file import MODEL_FILES, load_policy, safetensors_available, write_policy_file
 
@@ -269,18 +269,17 @@ def export_parser() -> OneLineErrorParser:
     return parser
 
 
+@cli_entry("her-export")
 def main(argv: list[str] | None = None) -> int:
     """``her-export RUN_DIR OUT_DIR [--episodes N] [--dtype auto|float16|float32] [--video [N]]``."""
     parser = export_parser()
     args = parser.parse_args(argv)
-    if args.video:
-        from .video import check_gl_backend, default_headless_gl
+    from .video import prepare_gl
 
-        default_headless_gl()
-        try:
-            check_gl_backend()
-        except RuntimeError as exc:
-            parser.error(str(exc))
+    try:
+        prepare_gl(video=bool(args.video))  # before `import mujoco`, which loads MUJOCO_GL's library
+    except RuntimeError as exc:
+        parser.error(str(exc))
     try:
         results = export_run(args.run_dir, args.out_dir, episodes=args.episodes, seed=args.seed, dtype=args.dtype,
                              tolerance=args.tolerance, file_format=args.file_format, video=args.video,
