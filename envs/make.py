@@ -19,6 +19,7 @@ import importlib.util
 import io
 import os
 import sys
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import parse_env_id
@@ -151,7 +152,8 @@ def make_env(env_id: str, seed: int | None = None, render_mode: str | None = Non
             missing or not vectorized.
     """
     name = _resolve_env_id(env_id)
-    env = gym.make(name, **({} if render_mode is None else {"render_mode": render_mode}))
+    kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
+    env = gym.make(name, **kwargs)
     try:
         spec_from_env(env, env_id)
         env = wrap_goal_env(env)

@@ -16,7 +16,7 @@ import functools
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -129,12 +129,14 @@ def _check_goal_spaces(env: gym.Env, env_id: str) -> tuple[int, int]:
             f"{space['achieved_goal'].shape} and {space['desired_goal'].shape}."
         )
     _check_action_box(env.action_space, env_id)
-    return space["observation"].shape[0], space["desired_goal"].shape[0]
+    obs_box, goal_box = cast(gym.spaces.Box, space["observation"]), cast(gym.spaces.Box, space["desired_goal"])
+    return obs_box.shape[0], goal_box.shape[0]  # 1-D Boxes: checked above
 
 
 def _probe_goals(env: gym.Env) -> tuple[np.ndarray, np.ndarray]:
     """Two distinct batches of ``_PROBE_BATCH`` goals inside the goal space (no env RNG is used)."""
-    box = env.observation_space["desired_goal"]
+    box = cast(gym.spaces.Dict, env.observation_space)["desired_goal"]  # checked by _check_goal_spaces
+    assert isinstance(box, gym.spaces.Box)
     rng = np.random.default_rng(0)
     ag, dg = (
         np.clip(rng.normal(size=(_PROBE_BATCH, *box.shape)), box.low, box.high).astype(box.dtype)
@@ -264,7 +266,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
     """
     env_id = env_id or (env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
     obs_dim, goal_dim = _check_goal_spaces(env, env_id)
-    unwrapped = env.unwrapped
+    unwrapped: Any = env.unwrapped  # a goal env, duck-typed: its methods are checked below
     if not callable(getattr(unwrapped, "compute_reward", None)):
         raise TypeError(
             f"{env_id} has no compute_reward(achieved_goal, desired_goal, info) method; HER needs one."
@@ -283,7 +285,7 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
         info = {k: info[k] for k in info_keys}
     else:
         _check_vectorized(unwrapped.compute_reward, (ag, dg, None), env_id, "compute_reward")
-    info_shapes = {k: tuple(info[k].shape[1:]) for k in info_keys}
+    info_shapes = {k: tuple(info[k].shape[1:]) for k in info_keys} if info is not None else {}
 
     compute_success: SuccessFn | None
     if _is_fetch(unwrapped):
@@ -306,13 +308,14 @@ def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
     max_steps = env.spec.max_episode_steps if env.spec is not None else None
     dt = getattr(unwrapped, "dt", None)
     dt = float(dt) if isinstance(dt, (int, float)) and 0 < dt < np.inf else None
+    action_box = _check_action_box(env.action_space, env_id)  # checked already: typed as the Box it is
     return GoalEnvSpec(
         env_id=env_id,
         observation_dim=int(obs_dim),
         goal_dim=int(goal_dim),
-        action_dim=int(env.action_space.shape[0]),
-        action_low=np.asarray(env.action_space.low, dtype=np.float32).copy(),
-        action_high=np.asarray(env.action_space.high, dtype=np.float32).copy(),
+        action_dim=int(action_box.shape[0]),
+        action_low=np.asarray(action_box.low, dtype=np.float32).copy(),
+        action_high=np.asarray(action_box.high, dtype=np.float32).copy(),
         max_episode_steps=max_steps,
         compute_reward=compute_reward,
         compute_success=compute_success,

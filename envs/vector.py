@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -47,7 +47,7 @@ _ASYNC_START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods(
 def make_vector_env(
     env_id: str, n_envs: int, vectorization: str = "sync", seed: int | None = None, grasped_start: float = 0.0,
     behaviour_goals: bool = False, rare_state_start: float = 0.0, rare_state_cell: float = 0.05,
-) -> gym.vector.VectorEnv:
+) -> gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv:
     """``n_envs`` copies of ``env_id`` in gymnasium's Sync/AsyncVectorEnv with SAME_STEP autoreset.
 
     The env is validated once in this process first (clear errors before any worker starts). With
@@ -92,13 +92,14 @@ def make_vector_env(
             check.reset(seed=0)
         finally:
             check.close()
-    fns = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals, rare_state_start,
-                             rare_state_cell) for _ in range(int(n_envs))]
+    fns: list[Callable[[], gym.Env]] = [functools.partial(_vector_sub_env, env_id, grasped_start, behaviour_goals, rare_state_start,
+                                                          rare_state_cell) for _ in range(int(n_envs))]
     kwargs: dict[str, Any] = {}
     if vectorization == "async":
         fns = [_WorkerEnvFn(fn) for fn in fns]
         kwargs["context"] = _ASYNC_START_METHOD
-    venv = classes[vectorization](fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
+    venv: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv = classes[vectorization](
+        fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **kwargs)
     if seed is not None:
         venv.reset(seed=seed)
         venv.action_space.seed(seed)
@@ -205,7 +206,7 @@ class _AsyncVectorEnv(gym.vector.AsyncVectorEnv):
     def step_wait(self, *args: Any, **kwargs: Any) -> Any:
         return self._guard(super().step_wait, *args, **kwargs)
 
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:  # name positional-only, as gymnasium's
         self._guard(super().call_async, name, *args, **kwargs)
 
     def call_wait(self, *args: Any, **kwargs: Any) -> Any:
@@ -267,7 +268,18 @@ def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:
     return np.random.Generator(bit_generator)
 
 
-def vector_rng_states(venv: gym.vector.VectorEnv, episode_start: bool = False) -> list[dict[str, Any]]:
+class AttrVectorEnv(Protocol):
+    """A vector env whose sub-envs' attributes can be read and set (gymnasium's Sync/AsyncVectorEnv)."""
+
+    @property
+    def num_envs(self) -> int: ...
+
+    def get_attr(self, name: str) -> tuple[Any, ...]: ...
+
+    def set_attr(self, name: str, values: list[Any]) -> None: ...
+
+
+def vector_rng_states(venv: AttrVectorEnv, episode_start: bool = False) -> list[dict[str, Any]]:
     """The bit-generator state of each sub-env's ``np_random`` (one dict per sub-env): as it is now, or with
     ``episode_start`` as it was before the reset that began the sub-env's current episode
     ([`EpisodeStartRNG`][her_envs.vector.EpisodeStartRNG], which
@@ -285,7 +297,7 @@ def vector_rng_states(venv: gym.vector.VectorEnv, episode_start: bool = False) -
     return [g.bit_generator.state for g in venv.get_attr("np_random")]
 
 
-def set_vector_rng_states(venv: gym.vector.VectorEnv, states: list[Mapping[str, Any]]) -> None:
+def set_vector_rng_states(venv: AttrVectorEnv, states: list[Mapping[str, Any]]) -> None:
     """Set each sub-env's ``np_random`` to a generator in the given state (from
     [`vector_rng_states`][her_envs.vector.vector_rng_states]).
 

@@ -27,7 +27,7 @@ replaces the goal of an episode that just began).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
@@ -72,8 +72,7 @@ class NormalizeAction(gym.ActionWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        _check_action_box(env.action_space, _env_name(env))
-        box = env.action_space
+        box = _check_action_box(env.action_space, _env_name(env))
         self._low, self._high, self._dtype = box.low, box.high, box.dtype
         self.action_space = gym.spaces.Box(-1.0, 1.0, box.shape, np.float32)
 
@@ -94,7 +93,8 @@ def _env_name(env: gym.Env) -> str:
     return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
 
 
-def _check_action_box(space: Any, env_id: str) -> None:
+def _check_action_box(space: Any, env_id: str) -> gym.spaces.Box:
+    """``space`` itself once checked: a 1-D Box with finite bounds, low < high; TypeError otherwise."""
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise TypeError(f"{env_id}: expected a 1-D Box action space, got {space}.")
     low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
@@ -103,6 +103,7 @@ def _check_action_box(space: Any, env_id: str) -> None:
             f"{env_id}: the action space must be a Box with finite bounds, low < high (the agents act in [-1, 1] "
             f"and the env layer maps that interval onto the bounds), got low={low.tolist()}, high={high.tolist()}."
         )
+    return space
 
 
 def wrap_goal_env(env: gym.Env) -> gym.Env:
@@ -110,8 +111,7 @@ def wrap_goal_env(env: gym.Env) -> gym.Env:
     ([`CopyObservation`][her_envs.wrappers.CopyObservation]) and
     actions in ``[-1, 1]`` ([`NormalizeAction`][her_envs.wrappers.NormalizeAction]; skipped where the bounds
     already are ``[-1, 1]``)."""
-    box = env.action_space
-    _check_action_box(box, _env_name(env))
+    box = _check_action_box(env.action_space, _env_name(env))
     if not (np.all(box.low == -1.0) and np.all(box.high == 1.0)):
         env = NormalizeAction(env)
     return CopyObservation(env)
@@ -120,6 +120,25 @@ def wrap_goal_env(env: gym.Env) -> gym.Env:
 # ---------------------------------------------------------------------------------------------------------
 # Episode-start wrappers (training vector envs)
 # ---------------------------------------------------------------------------------------------------------
+
+
+class _MujocoGoalEnv(Protocol):
+    """What the wrappers below use of a gymnasium-robotics MuJoCo goal env (an untyped package; each wrapper
+    checks the attributes it needs when it is built)."""
+
+    model: Any  # mujoco.MjModel
+    data: Any  # mujoco.MjData
+    goal: np.ndarray
+    n_substeps: int
+    np_random: np.random.Generator
+    _utils: Any  # gymnasium_robotics.utils.mujoco_utils
+    _mujoco: Any  # the mujoco module
+
+    def _get_obs(self) -> dict[str, np.ndarray]: ...
+
+
+def _mujoco_env(env: gym.Env) -> _MujocoGoalEnv:
+    return cast(_MujocoGoalEnv, env.unwrapped)
 
 
 def _is_fetch(unwrapped: Any) -> bool:
@@ -138,7 +157,7 @@ class EpisodeStartRNG(gym.Wrapper):
     taken between episodes saves for the training envs ([`vector_rng_states`][her_envs.vector_rng_states]).
     """
 
-    episode_start_rng: dict[str, Any] | None = None
+    episode_start_rng: Mapping[str, Any] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         # a seeded reset seeds first, as gymnasium.Env.reset does: keep the state that seeding gives
@@ -179,7 +198,7 @@ class GraspedStart(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
-        u = self.env.unwrapped
+        u = _mujoco_env(self.env)
         p = self.probability  # no draw at 0 or 1: the env's RNG stream stays the plain env's
         if not (p >= 1.0 or (p > 0.0 and u.np_random.random() < p)):
             return obs, info
@@ -248,7 +267,7 @@ class RareStateStart(gym.Wrapper):
 
         self._mujoco = mujoco
         self._spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        self._state_size = mujoco.mj_stateSize(u.model, self._spec)
+        self._state_size = mujoco.mj_stateSize(_mujoco_env(env).model, self._spec)
         self.probability = float(probability)
         self.cell_size = float(cell_size)
         self.states_per_cell = states_per_cell
@@ -262,7 +281,7 @@ class RareStateStart(gym.Wrapper):
         return tuple(np.floor(np.asarray(goal, dtype=np.float64).ravel() / self.cell_size).astype(np.int64).tolist())
 
     def _keep(self, achieved_goal: np.ndarray) -> None:
-        u = self.env.unwrapped
+        u = _mujoco_env(self.env)
         cell = self._cell(achieved_goal)
         n = self.visits.get(cell, 0) + 1
         self.visits[cell] = n
@@ -319,7 +338,7 @@ class RareStateStart(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         self.support.add(self._cell(obs["desired_goal"]))
         start = self._cell(obs["achieved_goal"])
-        u = self.env.unwrapped
+        u = _mujoco_env(self.env)
         p = self.probability  # no draw at 0: the env's RNG stream stays the plain env's
         # sorted: a set's order depends on its insertion history, which a restored archive does not keep
         cells = [c for c in sorted(self.support) if c in self.states and c != start] \
@@ -366,13 +385,13 @@ class BehaviourGoal(gym.Wrapper):
     @property
     def behaviour_goal(self) -> np.ndarray:
         """The goal the current episode pursues (a copy of the env's ``goal``)."""
-        return np.array(self.env.unwrapped.goal, copy=True)
+        return np.array(_mujoco_env(self.env).goal, copy=True)
 
     @behaviour_goal.setter
     def behaviour_goal(self, goal: np.ndarray | None) -> None:
         if goal is None:
             return
-        u = self.env.unwrapped
+        u = _mujoco_env(self.env)
         goal = np.asarray(goal, dtype=u.goal.dtype)
         if goal.shape != u.goal.shape:
             raise ValueError(f"behaviour_goal must have the env's goal shape {u.goal.shape}, got {goal.shape}")

@@ -265,14 +265,14 @@ class HerReplayBuffer:
         self.returns = _piece(returns, "returns", "build(storage, slots, records, goals, compute_reward)",
                               make_returns, _given(n_step=n_step, gamma=gamma, stop_at_success=stop_at_success,
                                                    compute_success=compute_success))
-        if storage.has_goals:
+        if storage.goal_shape is not None:
             if compute_reward is None:
                 raise ValueError("a goal storage needs compute_reward(achieved_goal, desired_goal, info)")
             info0 = {k: np.zeros((7, *s), np.float32) for k, s in storage.info_shapes.items()} or None
             # False: it could not be probed yet (an env that needs a reset first); sampling checks every shape
             check_compute_reward(compute_reward, storage.goal_shape, info0)
         if compute_terminated is not None:
-            if not storage.has_goals:
+            if storage.goal_shape is None:
                 raise ValueError("compute_terminated needs a goal storage (this one was built without goal_shape: "
                                  "its stored terminated flags are used)")
             if not _takes_keyword(self.returns.build, "compute_terminated"):
@@ -397,6 +397,7 @@ class HerReplayBuffer:
         if self.compute_terminated is None:  # keeps custom returns without the keyword working
             ret = self.returns.build(st, slots, rec, goals, self.compute_reward)
         else:
+            # an optional keyword of Returns.build: checked with _takes_keyword at construction
             ret = self.returns.build(st, slots, rec, goals, self.compute_reward,
                                      compute_terminated=self.compute_terminated)
         if goals is not None:  # stored rewards are checked when stored; recomputed ones here

@@ -136,8 +136,9 @@ class MinDensityGoals:
                 not return ``N * n_candidates`` finite values.
         """
         check_is_storage(storage)
-        if not storage.has_goals:
+        if storage.goal_shape is None:
             raise ValueError("MinDensityGoals needs a goal storage (goal_shape set)")
+        goal_shape = storage.goal_shape
         observation = np.asarray(observation, np.float32)
         if observation.shape[1:] != storage.observation_shape or observation.ndim < 2:
             raise ValueError(f"observation must be [N, *{storage.observation_shape}], got shape {observation.shape}")
@@ -153,7 +154,7 @@ class MinDensityGoals:
         score = log_density  # lower is chosen
         if value_fn is not None:
             states = np.repeat(observation, m, axis=0)
-            value = np.asarray(value_fn(states, candidates.reshape(n * m, *storage.goal_shape)), np.float64)
+            value = np.asarray(value_fn(states, candidates.reshape(n * m, *goal_shape)), np.float64)
             if value.shape != (n * m,) or not np.isfinite(value).all():
                 raise ValueError(f"value_fn must return {n * m} finite values, got shape {value.shape}"
                                  + ("" if value.shape != (n * m,) else " with NaN or inf"))
@@ -170,7 +171,7 @@ class MinDensityGoals:
         score[~viable.any(1)] = -value[~viable.any(1)]
         pick = score.argmin(1)
         chosen = candidates.reshape(n, m, -1)[np.arange(n), pick]
-        return chosen.reshape(n, *storage.goal_shape).astype(np.float32, copy=False)
+        return chosen.reshape(n, *goal_shape).astype(np.float32, copy=False)
 
     def record(self, success: np.ndarray) -> None:
         """The outcomes (bool ``[K]``) of behaviour-goal episodes that ended; adapts ``cutoff``."""
@@ -188,6 +189,7 @@ class MinDensityGoals:
 
     def _in_desired_support(self, candidates: np.ndarray) -> np.ndarray:
         """bool [M]: candidates ``[M, D]`` within ``desired_support`` standard deviations of a kept desired goal."""
+        assert self._desired is not None, "called only once desired goals are kept"
         desired = self._desired.astype(np.float64)
         mean, std = desired.mean(0), desired.std(0) + 1e-4
         x, d = (candidates - mean) / std, (desired - mean) / std

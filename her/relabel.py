@@ -128,7 +128,7 @@ class HindsightRelabeler:
         relabeled = u[0] < self.relabel_probability
         nxt = slots + 1 if next_slots is None else next_slots
         goal_slot = self.goal_slots(slots, records, u[1], nxt)
-        mask = relabeled[(slice(None),) + (None,) * len(storage.goal_shape)]  # [B, 1, ...]: broadcasts over goals
+        mask = relabeled[(slice(None),) + (None,) * len(storage.goal_shape or ())]  # [B, 1, ...]: broadcasts over goals
         # take(mode="wrap") applies the ring's modulo; np.where returns a fresh array
         goals = np.where(mask, storage.achieved_goal.take(goal_slot, axis=0, mode="wrap"), records["desired_goal"])
         return goals, relabeled

@@ -197,9 +197,10 @@ class NStepReturn:
         if goals is not None:
             ag_next = st.achieved_goal.take(flat_next, axis=0, mode="wrap")
             g_rep = np.repeat(goals, n, axis=0)
-            info = {k: wrec["info." + k] for k in st.info_shapes} if st.info_shapes else None
+            info = {k: wrec["info." + k] for k in st.info_shapes} if st.info_shapes and wrec is not None else None
             r = rewards(compute_reward, ag_next, g_rep, info, B * n).reshape(B, n)
             if self.stop_at_success:
+                assert self.compute_success is not None, "checked at construction"
                 hit = np.asarray(self.compute_success(ag_next, g_rep), bool).reshape(B, n) & valid
                 first = np.where(hit.any(1), hit.argmax(1), n)
                 valid &= self._window <= first[:, None]
@@ -208,6 +209,7 @@ class NStepReturn:
                 first_end = np.where(ends.any(1), ends.argmax(1), n)
                 valid &= self._window <= first_end[:, None]
         else:
+            assert wrec is not None  # gathered above for a goal-free storage
             r = wrec["reward"].reshape(B, n)
         cut = self.stop_at_success or (compute_terminated is not None and goals is not None)
         m = valid.sum(1) if cut else np.minimum(left, n).astype(np.int64)

@@ -269,17 +269,22 @@ class PrioritizedSampler:
                              "her.HerReplayBuffer(storage, sampler=...) or call sampler.attach(storage)")
         return self.sum_tree
 
+    def _rank_abs_td(self) -> np.ndarray:
+        """The last |delta| per slot (sized by ``attach``, like the tree)."""
+        assert self._abs_td is not None, "sized by attach"
+        return self._abs_td
+
     # -- storage listener
     def on_added(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """New transitions get the largest priority computed so far (1.0 before the first update)."""
         p = 1.0 if self.max_priority is None else self.max_priority
-        self.sum_tree.update(slots, p)
+        self._attached().update(slots, p)
         if self.rank_based:
-            self._abs_td[slots] = np.inf  # new transitions rank first
+            self._rank_abs_td()[slots] = np.inf  # new transitions rank first
 
     def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Transitions that left get priority 0 (never drawn)."""
-        self.sum_tree.update(slots, 0.0)
+        self._attached().update(slots, 0.0)
 
     @property
     def beta(self) -> float:
@@ -317,17 +322,16 @@ class PrioritizedSampler:
             ValueError: no complete episode is stored yet, the sampler is attached to another storage, or the
                 total priority overflowed.
         """
-        if storage is not self._storage:
-            self._attached(storage)
+        tree = self._attached(storage)
         if storage.n_transitions == 0:
             raise ValueError("cannot sample: the storage holds no complete episode yet")
-        total = self.sum_tree.total
+        total = tree.total
         if not total < math.inf:
             raise ValueError(f"the total priority overflowed to {total}: lower alpha or clip the TD errors "
                              "(td_error_clip)")
         masses = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        slots, p = self.sum_tree.find(masses, return_values=True)
-        weights = (p / self.sum_tree.min_positive) ** (-self.beta)
+        slots, p = tree.find(masses, return_values=True)
+        weights = (p / tree.min_positive) ** (-self.beta)
         self.n_samples += 1
         return slots, weights.astype(np.float32)
 
@@ -343,12 +347,12 @@ class PrioritizedSampler:
             IndexError: a slot outside the storage.
         """
         slots, delta = _check_slots_and_td_errors(slots, td_error)
-        self._attached()
+        tree = self._attached()
         if slots.size == 0:
             return
-        if slots.min() < 0 or slots.max() >= self.sum_tree.capacity:
-            raise IndexError(f"slots must be in [0, {self.sum_tree.capacity}), got [{slots.min()}, {slots.max()}]")
-        live = self.sum_tree.leaves[slots] > 0  # a slot may have been dropped since it was sampled
+        if slots.min() < 0 or slots.max() >= tree.capacity:
+            raise IndexError(f"slots must be in [0, {tree.capacity}), got [{slots.min()}, {slots.max()}]")
+        live = tree.leaves[slots] > 0  # a slot may have been dropped since it was sampled
         if not live.all():
             slots, delta = slots[live], delta[live]
             if not slots.size:
@@ -356,7 +360,7 @@ class PrioritizedSampler:
         if self.td_error_clip is not None:
             delta = np.minimum(delta, self.td_error_clip)
         if self.rank_based:
-            self._abs_td[slots] = delta
+            self._rank_abs_td()[slots] = delta
             self._n_updates += 1
             if self._n_updates % self.rank_resort_interval == 0:
                 self._rerank()
@@ -371,12 +375,13 @@ class PrioritizedSampler:
     def _set(self, slots: np.ndarray, priorities: np.ndarray, top: float) -> None:
         # slots in range, priorities finite and > 0, top their max: checked and computed by the callers
         if len(priorities):
-            self.sum_tree.write_trusted(slots, priorities)
+            self._attached().write_trusted(slots, priorities)
             self.max_priority = top if self.max_priority is None else max(self.max_priority, top)
 
     def _rerank(self) -> None:
+        assert self._storage is not None, "re-ranked only once attached"
         slots = self._storage.transition_slots()
-        order = np.argsort(-self._abs_td[slots], kind="stable")
+        order = np.argsort(-self._rank_abs_td()[slots], kind="stable")
         p = np.empty(len(slots))
         p[order] = (1.0 / np.arange(1, len(slots) + 1)) ** self.alpha
         self._set(slots, p, float(p.max()) if len(p) else 0.0)
@@ -387,7 +392,8 @@ class PrioritizedSampler:
         Raises:
             ValueError: not attached to a storage.
         """
-        return {"leaves": self._attached().leaves.copy(), "n_samples": self.n_samples, "abs_td": self._abs_td.copy(),
+        return {"leaves": self._attached().leaves.copy(), "n_samples": self.n_samples,
+                "abs_td": self._rank_abs_td().copy(),
                 "max_priority": -1.0 if self.max_priority is None else self.max_priority,
                 "n_updates": self._n_updates}  # rank-based: when the next re-sort happens
 
@@ -397,13 +403,13 @@ class PrioritizedSampler:
         Raises:
             ValueError: not attached to a storage.
         """
-        self._attached()
+        tree = self._attached()
         leaves = np.asarray(state["leaves"], np.float64)
         live = leaves > 0
-        self.sum_tree.levels[self.sum_tree.depth][: self.sum_tree.capacity] = np.where(live, leaves, 0.0)
-        self.sum_tree.rebuild()
+        tree.levels[tree.depth][: tree.capacity] = np.where(live, leaves, 0.0)
+        tree.rebuild()
         self.n_samples = int(state["n_samples"])
-        self._abs_td[:] = state["abs_td"]
+        self._rank_abs_td()[:] = state["abs_td"]
         self._n_updates = int(state.get("n_updates", 0))  # states saved before this key: re-sort schedule restarts
         mp = float(state["max_priority"])
         self.max_priority = None if mp < 0 else mp
@@ -522,7 +528,8 @@ class EnergySampler:
             return
         if self._storage is not None:
             raise ValueError("this EnergySampler is attached to another storage: build one sampler per storage")
-        if not storage.has_goals or int(np.prod(storage.goal_shape)) < 3 or len(storage.goal_shape) != 1:
+        gs = storage.goal_shape
+        if gs is None or int(np.prod(gs)) < 3 or len(gs) != 1:
             raise ValueError(f"EnergySampler needs achieved goals that start with a 3-D position, got goal shape "
                              f"{storage.goal_shape}")
         self.sum_tree = SumTree(storage.n_slots, self.branching)
@@ -546,11 +553,15 @@ class EnergySampler:
                 raise ValueError(f"EnergySampler: an episode's priority (energy + eps) ** exponent overflows (energy "
                                  f"{energy.max():.3g}, exponent {self.exponent}): lower clip_energy or exponent")
             trans = (s[:, None] + np.arange(T)) % storage.n_slots
-            self.sum_tree.update(trans.ravel(), np.repeat(priority / T, T))
+            self._tree().update(trans.ravel(), np.repeat(priority / T, T))
 
     def on_removed(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Transitions that left get priority 0 (never drawn)."""
-        self.sum_tree.update(slots, 0.0)
+        self._tree().update(slots, 0.0)
+
+    def _tree(self) -> SumTree:
+        assert self.sum_tree is not None, "sized by attach, which runs before any listener call or sample"
+        return self.sum_tree
 
     def priorities(self, slots: np.ndarray) -> np.ndarray:
         """Per-transition priorities (episode priority / its length) of ``slots``, float64 [N].
@@ -576,9 +587,9 @@ class EnergySampler:
             self.attach(storage)
         if storage.n_transitions == 0:
             raise ValueError("cannot sample: the storage holds no complete episode yet")
-        total = self.sum_tree.total
+        total = self._tree().total
         masses = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        slots = self.sum_tree.find(masses)
+        slots = self._tree().find(masses)
         return np.asarray(slots, np.int64), filled(batch_size, 1.0, "float32")
 
     def update_priorities(self, slots: np.ndarray, td_error: np.ndarray) -> None:

@@ -79,7 +79,7 @@ updated prioritization. The buffer therefore requires a train step that, after e
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -240,9 +240,13 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         if max_episode_steps is None and env is not None:
             max_episode_steps = _max_episode_steps(env)
         self.action_dim = get_action_dim(action_space)
+        obs_shape, goal_shape = observation_space["observation"].shape, observation_space["achieved_goal"].shape
+        if obs_shape is None or goal_shape is None:
+            raise ValueError(f"HerSB3ReplayBuffer needs 'observation' and 'achieved_goal' spaces with a shape, got "
+                             f"{observation_space['observation']} and {observation_space['achieved_goal']}")
         self.storage = EpisodeStorage(
-            buffer_size, observation_space["observation"].shape, (self.action_dim,),
-            observation_space["achieved_goal"].shape, max_episode_steps=max_episode_steps or 50, n_envs=n_envs,
+            buffer_size, obs_shape, (self.action_dim,),
+            goal_shape, max_episode_steps=max_episode_steps or 50, n_envs=n_envs,
             info_shapes=self.info_keys,
         )
         sampler = (PrioritizedSampler(alpha=alpha, beta0=beta0, beta_annealing_steps=beta_annealing_steps, eps=eps,
@@ -349,7 +353,9 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         self.full = self.storage.n_episodes_added > self.storage.n_episodes  # old episodes were dropped
 
     def storage_shape(self, key: str) -> tuple[int, ...]:
-        return self.storage.observation_shape if key == "observation" else self.storage.goal_shape
+        goal_shape = self.storage.goal_shape
+        assert goal_shape is not None, "a goal storage (built in __init__)"
+        return self.storage.observation_shape if key == "observation" else goal_shape
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, env: Any = None) -> DictReplayBufferSamples:  # type: ignore[override]
@@ -380,8 +386,9 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
         next_ag = st.achieved_goal[(b.index + b.n_steps) % st.n_slots]  # achieved goal of s_{t+m}
         obs = {"observation": b.observation, "achieved_goal": ag, "desired_goal": b.desired_goal}
         next_obs = {"observation": b.next_observation, "achieved_goal": next_ag, "desired_goal": b.desired_goal}
-        obs = self._normalize_obs(obs, env)
-        next_obs = self._normalize_obs(next_obs, env)
+        # SB3 normalizes a dict to a dict
+        obs = cast(dict[str, np.ndarray], self._normalize_obs(obs, env))
+        next_obs = cast(dict[str, np.ndarray], self._normalize_obs(next_obs, env))
         rewards = self._normalize_reward(b.reward.reshape(-1, 1), env)
         kw = {}
         if self.n_step > 1:

@@ -146,7 +146,7 @@ class EpisodeStorage:
         self._listeners: list[StorageListener] = []
 
     def _record_dtype(self) -> np.dtype:
-        fields = [("observation", np.float32, self.observation_shape)]
+        fields: list[tuple[str, Any, tuple[int, ...]]] = [("observation", np.float32, self.observation_shape)]
         if self.goal_shape is not None:
             fields += [("desired_goal", np.float32, self.goal_shape),
                        ("next_achieved_goal", np.float32, self.goal_shape)]
@@ -269,7 +269,7 @@ class EpisodeStorage:
             )
         data = {"observation": obs, "action": _real_float32(action, "action"), "reward": _real_float32(reward, "reward")}
         expect = {"observation": (T + 1, *self.observation_shape), "action": (T, *self.action_shape), "reward": (T,)}
-        if self.has_goals:
+        if self.goal_shape is not None:
             if achieved_goal is None or desired_goal is None:
                 raise ValueError("this storage keeps goals: add_episode needs achieved_goal and desired_goal")
             dg = _real_float32(desired_goal, "desired_goal")
@@ -308,11 +308,13 @@ class EpisodeStorage:
             self._evict_oldest()
         start = self._head
         end = start + n
+        states: slice | np.ndarray
+        trans: slice | np.ndarray
         if end <= S:
             states, trans = slice(start, end), slice(start, end - 1)
         else:
-            states = np.arange(start, end) % S
-            trans = states[:-1]
+            ring = np.arange(start, end) % S
+            states, trans = ring, ring[:-1]
         d = self.data
         d["observation"][states] = data["observation"]
         if self.has_goals:
@@ -472,7 +474,7 @@ class EpisodeStorage:
         for T in lengths.tolist():
             r = records[off:off + T + 1]
             data = {"observation": r["observation"], "action": r["action"][:T], "reward": r["reward"][:T]}
-            if self.has_goals:
+            if ag is not None:
                 data["achieved_goal"], data["desired_goal"] = ag[off:off + T + 1], r["desired_goal"]
             for k in self.info_shapes:
                 data["info." + k] = r["info." + k][:T]
@@ -486,7 +488,7 @@ class EpisodeStorage:
 
     def _arrays(self) -> dict[str, np.ndarray]:
         """Every stored array by name: the record fields and the achieved goals."""
-        arrays = {k: self.data[k] for k in self.dtype.names}
+        arrays = {k: self.data[k] for k in self.dtype.names or ()}
         if self.has_goals:
             arrays["achieved_goal"] = self.achieved_goal
         return arrays

@@ -214,7 +214,7 @@ class HerTorchRLReplayBuffer:
         self.compute_reward = compute_reward
         self._batch_size = None if batch_size is None else int(batch_size)
         self.prioritized = bool(prioritized)
-        self._sampler_kwargs = dict(alpha=alpha, beta0=beta, eps=eps, beta_annealing_steps=beta_annealing_steps,
+        self._sampler_kwargs: dict[str, Any] = dict(alpha=alpha, beta0=beta, eps=eps, beta_annealing_steps=beta_annealing_steps,
                                     td_error_clip=td_error_clip)
         self._her_kwargs = dict(strategy=strategy, n_sampled_goal=n_sampled_goal, n_step=n_step, gamma=gamma,
                                 seed=seed, **her_kwargs)
@@ -238,10 +238,11 @@ class HerTorchRLReplayBuffer:
         self.n_envs: int | None = None
         self._write_count = 0
         if observation_shape is not None:
+            assert goal_shape is not None and action_shape is not None  # all or none: checked above
             self._build(tuple(observation_shape), tuple(goal_shape), tuple(action_shape), {})
 
     # ------------------------------------------------------------------ set-up
-    def _build(self, obs_shape: tuple[int, ...], goal_shape: tuple[int, ...], action_shape: tuple[int, ...],
+    def _build(self, obs_shape: tuple[int, ...], goal_shape: tuple[int, ...] | None, action_shape: tuple[int, ...],
                info_shapes: dict[str, tuple[int, ...]]) -> None:
         self.storage = EpisodeStorage(self.capacity, obs_shape, action_shape, goal_shape,
                                       max_episode_steps=self.max_episode_steps, info_shapes=info_shapes,
@@ -352,6 +353,7 @@ class HerTorchRLReplayBuffer:
                            f"{self.next_keys['terminated']!r}: episode ends are needed")
         done, term, trunc = (None if a is None else a.reshape(n, T).astype(bool) for a in (done, term, trunc))
         if term is None:
+            assert done is not None  # one of done and terminated: checked above
             term = done & ~trunc if trunc is not None else done
         if trunc is None:
             trunc = (done & ~term) if done is not None else np.zeros_like(term)
@@ -382,6 +384,7 @@ class HerTorchRLReplayBuffer:
             raise ValueError(f"HerTorchRLReplayBuffer receives the steps of {self.n_envs} env(s) (fixed by the "
                              f"first write), got a batch of {n} env(s) (batch size {tuple(data.batch_size)})")
         st = self.storage
+        assert st is not None  # built above
         expect = {"observation": st.observation_shape, "achieved_goal": st.goal_shape,
                   "desired_goal": st.goal_shape, "action": st.action_shape}
         for name, shp in expect.items():
@@ -395,7 +398,7 @@ class HerTorchRLReplayBuffer:
             if self._pending_len[e] and not self._continues(e, arrays):
                 self._drop(e)
             start = 0
-            for end in np.flatnonzero(done[e]):
+            for end in np.flatnonzero(done[e]).tolist():
                 episodes.append((int(end), e, start))
                 start = int(end) + 1
             tails.append((e, start))
@@ -441,6 +444,7 @@ class HerTorchRLReplayBuffer:
         cat = (lambda k: parts[0][k]) if len(parts) == 1 else (lambda k: np.concatenate([p[k] for p in parts]))
         states = {k: np.concatenate([parts[0][k][:1], cat("next_" + k)]) for k in _STATE}
         info = {k: cat("info." + k) for k in self.info_keys}
+        assert self.her is not None  # built with the storage by the first write
         return self.her.add_episode(states["observation"], cat("action"), cat("reward"),
                                     achieved_goal=states["achieved_goal"], desired_goal=states["desired_goal"],
                                     terminated=terminated, info=info)
@@ -459,7 +463,7 @@ class HerTorchRLReplayBuffer:
         B = self._batch_size if batch_size is None else batch_size
         if B is None:
             raise ValueError("sample() needs a batch_size (here or at construction)")
-        if self.her is None or len(self.storage) == 0:
+        if self.her is None or self.storage is None or len(self.storage) == 0:
             raise ValueError("HerTorchRLReplayBuffer: no complete episode stored yet (only whole episodes are "
                              "sampled): collect at least one episode before sampling")
         b = self.her.sample(B)
@@ -565,6 +569,7 @@ class HerTorchRLReplayBuffer:
         if self.storage is None:
             return {"write_count": self._write_count}
         st = self.storage
+        assert self.her is not None  # built with the storage
         return {"her": self.her.state_dict(), "write_count": self._write_count, "n_envs": self.n_envs,
                 "shapes": {"observation": st.observation_shape, "goal": st.goal_shape, "action": st.action_shape,
                            "info": dict(st.info_shapes)}}
@@ -582,7 +587,8 @@ class HerTorchRLReplayBuffer:
         state = self.state_dict()
         meta = {"format": _DUMP_FORMAT, "write_count": state["write_count"], "n_envs": state.get("n_envs"),
                 "shapes": state.get("shapes")}
-        arrays = _flatten(state["her"]) if "her" in state else {}
+        # Any: numpy's stub would match the ** entries against savez_compressed's allow_pickle: bool
+        arrays: dict[str, Any] = _flatten(state["her"]) if "her" in state else {}
         _write_atomic(path / "buffer.npz", lambda f: np.savez_compressed(f, **arrays))
         _write_atomic(path / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
 
@@ -668,7 +674,7 @@ class HerTorchRLReplayBuffer:
             ("index",): t(slots.astype(np.int64)),
         }
         flat.update({key: t(np.ascontiguousarray(rec["info." + name])) for name, key in self.info_keys.items()
-                     if ("info." + name) in rec.dtype.names})
+                     if ("info." + name) in (rec.dtype.names or ())})
         if self.device.type != "cpu":
             flat = {key: v.to(self.device) for key, v in flat.items()}
         td = _nested_td(_nested(flat), torch.Size([B]), self.device)
@@ -689,6 +695,7 @@ class HerTorchRLReplayBuffer:
                         {k: tuple(v) for k, v in s["info"].items()})
         self.n_envs = state["n_envs"]
         self._reset_staging()
+        assert self.her is not None  # built with the storage
         self.her.load_state_dict(state["her"])
 
 

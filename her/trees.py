@@ -54,7 +54,9 @@ class SegmentTree:
         self._levels = [np.full(self.branching**d, self.neutral, dtype=np.float64) for d in range(depth + 1)]
         self._child = np.arange(self.branching)
         # _levels[d] seen as rows of `branching` children of the nodes of level d - 1 (views, no copies)
-        self._rows = [None] + [lv.reshape(-1, self.branching) for lv in self._levels[1:]]
+        # (_rows[0] is an unused empty placeholder: the root has no parent row)
+        self._rows: list[np.ndarray] = [np.empty((0, self.branching))] + [
+            lv.reshape(-1, self.branching) for lv in self._levels[1:]]
         self._top = max(d for d in range(depth + 1) if self.branching**d <= self.TOP_NODES)
         self._upper_stale = False
 
@@ -97,7 +99,7 @@ class SegmentTree:
     def __getitem__(self, indices) -> np.ndarray:
         return self._levels[self.depth][np.asarray(indices)]
 
-    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
+    def update(self, indices: np.ndarray, values: np.ndarray | float) -> None:
         """Set ``leaves[indices] = values`` and recompute their ancestors, all in one batched pass.
 
         Args:
@@ -201,7 +203,7 @@ class SumTree(SegmentTree):
             self._min, self._min_count = low, int(np.count_nonzero(leaves == low)) if low < math.inf else 0
         return self._min
 
-    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
+    def update(self, indices: np.ndarray, values: np.ndarray | float) -> None:
         """Set leaf priorities; refuses NaN, infinite or negative values with a ValueError."""
         v = np.asarray(values, dtype=np.float64)
         if v.size and not (v.min() >= 0 and np.isfinite(v.max())):  # NaN fails the first test

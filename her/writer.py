@@ -29,7 +29,7 @@ class _EnvStage:
         L = size or storage.max_episode_steps
         self.size = L
         self.arrays: dict[str, np.ndarray] = {"observation": np.zeros((L + 1, *storage.observation_shape), np.float32)}
-        if storage.has_goals:
+        if storage.goal_shape is not None:
             self.arrays["achieved_goal"] = np.zeros((L + 1, *storage.goal_shape), np.float32)
             self.arrays["desired_goal"] = np.zeros((L + 1, *storage.goal_shape), np.float32)
         self.arrays["action"] = np.zeros((L, *storage.action_shape), np.float32)
@@ -145,7 +145,7 @@ class EpisodeWriter:
             except ValueError as exc:
                 error = error or exc
         stored = []
-        for e in np.flatnonzero(done) if done.any() else ():
+        for e in np.flatnonzero(done).tolist() if done.any() else ():
             if self._stages[e].length == 0:  # a refused too-long episode ended here
                 continue
             try:
@@ -185,6 +185,7 @@ class EpisodeWriter:
         check("observation", obs, (n, *st.observation_shape))
         check("next_observation", nobs, (n, *st.observation_shape))
         if ag is not None:
+            assert st.goal_shape is not None, "_states gives goals only for a goal storage"
             g = (n, *st.goal_shape)
             check("achieved_goal", ag, g)
             check("desired_goal", dg, g)
