@@ -388,7 +388,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         return self.__dict__["_polyak_params"]
 
     def params(self, module: nn.Module) -> list[torch.Tensor]:
-        """``list(module.parameters())``, listed once per module (for :func:`her_agents.algos.compiled.frozen` in
+        """``list(module.parameters())``, listed once per module (for :func:`her_agents.algos.compiled.freeze` in
         every update)."""
         cache = self.__dict__.setdefault("_param_lists", {})
         if id(module) not in cache:

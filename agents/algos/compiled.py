@@ -8,15 +8,14 @@ is :func:`adam_step`: the loss's gradients by ``torch.autograd.grad``, then ``to
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["CompiledOrEager", "adam_step", "frozen", "make_adam"]
+__all__ = ["CompiledOrEager", "adam_step", "freeze", "init_adam_state", "make_adam"]
 
 
 def make_adam(params: Iterable[nn.Parameter] | Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
@@ -63,13 +62,16 @@ def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bo
     if not (in_graph and torch.compiler.is_compiling()):
         _optimizer_step(optimizer, params, grads)
         return
-    states = [optimizer.state[p] for p in params]
-    steps = [s["step"] for s in states]
-    torch.optim.adam.adam(
-        params, list(grads), [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
-        foreach=True, capturable=steps[0].device.type != "cpu", amsgrad=False, beta1=group["betas"][0],
-        beta2=group["betas"][1], lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
-        maximize=False)
+    beta1, beta2 = group["betas"]
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            state = optimizer.state[p]
+            step = state["step"].add_(1.0)
+            state["exp_avg"].lerp_(g, 1.0 - beta1)
+            state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+            step_size = group["lr"] / (1.0 - beta1**step)
+            bias_correction2_sqrt = (1.0 - beta2**step).sqrt()
+            p.sub_(step_size * state["exp_avg"] / (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt + group["eps"]))
 
 
 @torch.compiler.disable
@@ -80,21 +82,14 @@ def _optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
     optimizer.step()
 
 
-@contextlib.contextmanager
-def frozen(params: list[torch.Tensor]) -> Iterator[None]:
-    """``requires_grad`` off for ``params`` within the block, eagerly: a loss computed there (an actor loss through
-    the critic) then builds no graph towards them, and its backward skips their gradients. A no-op while compiling:
-    the compiled graph drops the gradients nobody asks for by itself."""
+def freeze(params: list[torch.Tensor], frozen: bool) -> None:
+    """``requires_grad`` off (``frozen``) or back on for ``params``, eagerly: a loss computed while they are frozen
+    (an actor loss through the critic) builds no graph towards them, and its backward skips their gradients. A
+    no-op while compiling: the compiled graph drops the gradients nobody asks for by itself."""
     if torch.compiler.is_compiling():
-        yield
         return
     for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
+        p.requires_grad_(not frozen)
 
 
 class CompiledOrEager:

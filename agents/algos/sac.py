@@ -19,7 +19,7 @@ from torch import nn
 
 from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_ranges
 from .base import AgentConfig, GoalConditionedAgentBase, TensorBatch, td_target
-from .compiled import adam_step, frozen, make_adam
+from .compiled import adam_step, freeze, make_adam
 from .networks import EnsembleCritic, SquashedGaussianActor
 
 __all__ = ["SACAgent", "SACConfig", "Temperature"]
@@ -129,9 +129,10 @@ class SACAgent(GoalConditionedAgentBase):
         alpha = self.temperature.log_alpha.detach().exp()
         critic_loss, reported_critic_loss, q_mean, td_error = self.critic_loss(b, s, alpha)
         adam_step(self.critic_optim, critic_loss, self.whole_update_ok)
-        with frozen(self.params(self.critic)):
-            actor_loss, log_prob = self.actor_loss(s, alpha)
-            adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+        freeze(self.params(self.critic), True)
+        actor_loss, log_prob = self.actor_loss(s, alpha)
+        adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+        freeze(self.params(self.critic), False)
         log_prob = log_prob.detach()
         if self.config.autotune:  # drive the entropy -E[log pi] towards target_entropy
             alpha_loss = -(self.temperature.log_alpha * (log_prob + self.target_entropy)).mean()

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..fields import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from .base import AgentConfig, GoalConditionedAgentBase, TensorBatch, td_target
-from .compiled import adam_step, frozen, make_adam
+from .compiled import adam_step, freeze, make_adam
 from .networks import DeterministicActor, EnsembleCritic
 
 __all__ = ["TD3Agent", "TD3Config", "smoothed_target_action"]
@@ -117,9 +117,10 @@ class TD3Agent(GoalConditionedAgentBase):
         adam_step(self.critic_optim, critic_loss, self.whole_update_ok)
         actor_loss = last_actor_loss
         if actor_step:
-            with frozen(self.params(self.critic)):
-                actor_loss = self.actor_loss(s)
-                adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+            freeze(self.params(self.critic), True)
+            actor_loss = self.actor_loss(s)
+            adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+            freeze(self.params(self.critic), False)
             if target_step:
                 self.update_targets()
         return self.flat_metrics([critic_loss / self.config.n_critics, actor_loss, q.mean()], td_error)
