@@ -45,16 +45,20 @@ def init_adam_state(optimizer: torch.optim.Optimizer) -> None:
 
 
 def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bool = True) -> None:
-    """One step of ``optimizer`` (a one-group ``torch.optim.Adam``, state made by :func:`init_adam_state`) on
-    ``d loss / d params``.
+    """One step of ``optimizer`` (a one-group ``torch.optim.Adam``) on ``d loss / d params``.
 
     Eagerly, and in a compiled update with ``in_graph=False``, the gradients go to ``p.grad`` and
     ``optimizer.step()`` runs (its hooks too: data-parallel training averages the gradients in one), outside the
-    graph. Compiled with ``in_graph`` (the default), torch's functional Adam (``torch.optim.adam.adam``, the
-    multi-tensor form: Inductor fuses it, while the fused kernel and ``Optimizer.step`` break the graph) updates
-    the parameters and the optimizer's state in place inside the update's graph, so that one call runs the whole
-    update. Same algorithm (Kingma & Ba 2015, Algorithm 1, in ``torch.optim.Adam``'s form), same state, so
-    checkpoints are the same in both modes.
+    graph. Compiled with ``in_graph`` (the default), the same step (Kingma & Ba 2015, Algorithm 1, in
+    ``torch.optim.Adam``'s form: ``m <- lerp(m, g, 1 - beta1)``, ``v <- beta2 v + (1 - beta2) g^2``,
+    ``p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``) is written here on the optimizer's
+    own state (made by :func:`init_adam_state`), so that the whole update is one graph and checkpoints are the same
+    in both modes. Written by hand because torch's step breaks the graph: ``Optimizer.step`` breaks it twice by
+    design (its ``_use_grad`` wrapper), Dynamo does not trace the fused kernel, and the functional
+    ``torch.optim.adam.adam`` left the update in several graphs. Measured (``/tmp``-style A/B of a 28-256-256-1
+    LayerNorm MLP regression, batch 256, compiled, one thread, the 2-core shared Intel Xeon of the development
+    machine, two readings): 26 and 35 ms a step with this step in the graph against 48 and 61 ms with
+    ``optimizer.step()`` (foreach) in it.
     """
     group = optimizer.param_groups[0]
     params = group["params"]

@@ -1,10 +1,12 @@
 """Acting on a CPU in numpy: the policy network's forward pass over views of its parameters, and the input
 normalization, for the few rows of one env step, where a torch call's dispatch costs more than its arithmetic.
 
-Measured with ``act()`` per env step (FetchPush sizes, 3x256 LayerNorm actor, one torch thread, the 2-core shared
-Intel Xeon of the development machine, ``tests/benchmarks/bench_act.py``): DDPG one row 0.43 ms in numpy against
-0.85 ms in torch, SAC 0.82 against 2.6 ms; 16 rows 2.2 against 2.9 ms (DDPG). Same function as the torch policy
-(tests/test_agents.py compares the two).
+Measured with ``python tests/benchmarks/bench_act.py`` (``act()`` per env step with exploration, FetchPush sizes,
+3x256 LayerNorm actor, one torch thread, ``OPENBLAS_NUM_THREADS=1``, on the 2-core shared "Intel(R) Xeon(R)
+Processor" of the development machine with two training runs beside it, 2026-12-07): DDPG one row 0.43 ms in numpy
+against 0.85 ms in torch, SAC 0.82 against 2.6 ms; a second reading on a busier machine DDPG 1.8 / 4.0 ms (one
+row), 3.8 / 5.3 ms (16 rows), SAC 1.2 / 4.6 ms and 2.8 / 4.3 ms: numpy is 1.4-3.9x faster. Same function as the
+torch policy (tests/test_agents.py compares the two).
 """
 
 from __future__ import annotations
