@@ -77,9 +77,9 @@ class ActingMixin:
             goal_t = self.to_tensor(desired_goal).reshape(-1, self.goal_dim)
             self.set_training(False)
             with torch.no_grad():
-                action = self._policy(self.preprocess(obs_t, goal_t), deterministic,
-                                      None if policy_noise is None else self.to_tensor(policy_noise))
-            action = action.cpu().numpy()
+                action_t = self._policy(self.preprocess(obs_t, goal_t), deterministic,
+                                        None if policy_noise is None else self.to_tensor(policy_noise))
+            action = action_t.cpu().numpy()
         action = action.astype(np.float32, copy=False)
         if not deterministic:
             action = self.explore(action, None if self.stochastic_policy else noise)

@@ -11,6 +11,7 @@ torch policy (tests/test_agents.py compares the two).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -73,9 +74,13 @@ def numpy_policy(actor: nn.Module) -> NumpyPolicy:
     Raises:
         TypeError: another actor type, or a layer :func:`numpy_mlp` does not know.
     """
-    net = numpy_mlp(actor.net)
+    net = numpy_mlp(typing.cast(nn.Sequential, actor.net))
     if isinstance(actor, DeterministicActor):
-        return lambda state, deterministic, rng, noise=None: np.tanh(net(state))
+        def deterministic_policy(state: np.ndarray, deterministic: bool, rng: np.random.Generator,
+                                 noise: np.ndarray | None = None) -> np.ndarray:
+            return np.tanh(net(state))
+
+        return deterministic_policy
     if not isinstance(actor, SquashedGaussianActor):
         raise TypeError(f"no numpy policy for {type(actor).__name__}")
     lo, hi, n_act = actor.log_std_min, actor.log_std_max, actor.action_dim
