@@ -70,10 +70,6 @@ class Agent(Protocol):
         """Gradient updates done so far."""
         ...
 
-    whole_update_ok: bool
-    """Whether a compiled update may run the optimizer steps inside its graph; data-parallel training sets it False
-    (it averages the gradients in a hook of ``optimizer.step()``)."""
-
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """``[N, obs_dim], [N, goal_dim] -> [N, action_dim]`` float32 actions in ``[-1, 1]``."""
         ...
