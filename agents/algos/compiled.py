@@ -114,17 +114,18 @@ class CompiledOrEager:
     it), for a longer first compile. Where it fails to compile, ``fn`` is compiled once more without it.
 
     ``skip_guards``: once compiled, skip Dynamo's guard checks (``set_stance(skip_guard_eval_unsafe=True)``: only
-    the guards that tell the compiled variants apart run), about 0.3 ms of a 6-10 ms update on a CPU. Safe for a
-    one-graph update because every tensor it reads (parameters, optimizer state, normalizer statistics, the batch)
+    the guards that tell the compiled variants apart run), about 0.3 ms of a 6-10 ms update on a CPU, for a call
+    whose bool arguments (the variant: TD3's step with or without the actor) were seen compiled before; a new
+    variant is compiled with every guard checked. Safe for a one-graph update because every tensor it reads (parameters, optimizer state, normalizer statistics, the batch)
     is fetched anew at each call and keeps its shape and dtype, and the settings it reads are fixed at
-    construction; a call that needs a new variant leaves the stance and compiles it (tests/test_agents.py checks a
-    reloaded state).
+    construction (tests/test_agents.py checks a reloaded state).
     """
 
     def __init__(self, fn: Callable[..., Any], name: str, mode: str | None = None, cpp_wrapper: bool = False,
                  skip_guards: bool = True) -> None:
         self.fn, self.name, self.mode, self.cpp_wrapper, self.skip_guards = fn, name, mode, cpp_wrapper, skip_guards
         self.compiled_ok: bool | None = None
+        self._variants: set[tuple[bool, ...]] = set()  # the bool arguments of the variants compiled so far
         self._compiled = self._build(cpp_wrapper)
 
     def _build(self, cpp_wrapper: bool) -> Callable[..., Any]:
@@ -138,15 +139,15 @@ class CompiledOrEager:
         return torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        variant = tuple(a for a in args if isinstance(a, bool))  # TD3's step with or without the actor, ...
         if self.compiled_ok:
-            if self.skip_guards:
-                try:
-                    with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                        return self._unpatched(*args, **kwargs)
-                except RuntimeError as exc:  # a variant not compiled yet (TD3's step without the actor): compile it
-                    if "skip_guard_eval_unsafe" not in str(exc):
-                        raise
-            return self._compiled(*args, **kwargs)
+            if self.skip_guards and variant in self._variants:
+                # only the guards that tell the compiled variants apart run
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                    return self._unpatched(*args, **kwargs)
+            out = self._compiled(*args, **kwargs)  # every guard checked: compiles a new variant
+            self._variants.add(variant)
+            return out
         if self.compiled_ok is False:
             return self.fn(*args, **kwargs)
         try:
@@ -165,4 +166,5 @@ class CompiledOrEager:
                           f"({type(exc).__name__}: {first})", RuntimeWarning, stacklevel=2)
             return self.fn(*args, **kwargs)
         self.compiled_ok = True
+        self._variants.add(variant)
         return out
