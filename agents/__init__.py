@@ -6,10 +6,10 @@ The package face, for a script or a notebook::
 
     result = train(load_config("fetch_reach_ddpg", ["train.total_env_steps=2000"]))
 
-The wings behind it: :mod:`her_agents.algos` (the ``Agent`` protocol, one file per algorithm, the registry),
-:mod:`her_agents.loop` (the training loop and collection), :mod:`her_agents.run` (run directory, checkpoints,
-logging, video), :mod:`her_agents.dist` (data-parallel and actor-learner training under torchrun), and
-:mod:`her_agents.config` (the typed config). The names below load on first use, so that ``import her_agents``
+The wings behind it: [`her_agents.algos`][] (the ``Agent`` protocol, one file per algorithm, the registry),
+[`her_agents.loop`][] (the training loop and collection), [`her_agents.run`][] (run directory, checkpoints,
+logging, video), [`her_agents.dist`][] (data-parallel and actor-learner training under torchrun), and
+[`her_agents.config`][] (the typed config). The names below load on first use, so that ``import her_agents``
 (and the command-line tools) stays light.
 """
 

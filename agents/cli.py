@@ -1,4 +1,5 @@
-"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT``."""
+"""Command line: ``her-train [CONFIG] [key=value ...]`` and ``her-eval CHECKPOINT`` (also ``pretrained:NAME``, a
+shipped policy, and ``--list-pretrained``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, allocation_failure, cli_entry, print_to_pipe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -23,12 +24,14 @@ DEFAULT_CONFIG = "fetch_push_sac"
 def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This process's training: the plain loop (``her_agents.loop.train.train``), or under torchrun its rank's part
     of a data-parallel (``dist.mode=data_parallel``) or actor-learner (``dist.mode=actor_learner``) run. One
-    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering :mod:`her_agents.dist`."""
+    process (no ``WORLD_SIZE`` above 1) runs the plain loop without entering [`her_agents.dist`][]."""
     if cfg.dist.mode == "actor_learner":
         from .dist.actor_learner import train_actor_learner
 
         return train_actor_learner(cfg, resume, overwrite)
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
+    from .run.run_control import launch_int
+
+    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.dist.distributed.rendezvous_env reads it
         from .loop.train import train
 
         return train(cfg, resume, overwrite)
@@ -54,6 +57,7 @@ def train_parser() -> argparse.ArgumentParser:
                         "another run (its files are replaced as the new run writes its own; default: refuse)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit "
                         "(default: train)")
+    add_version_option(parser)
     return parser
 
 
@@ -111,13 +115,24 @@ def _last_checkpoint_hint(cfg: Config, args: argparse.Namespace) -> str:
 
 def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     """Run the training; the exit status, with one line on stderr for what stopped it early."""
-    from .run.run_control import TrainingStopped
+    from .loop.collect import NetworksDiverged
+    from .run.run_control import LaunchError, RunFailed, TrainingStopped
+    from her_envs import EnvWorkerDied
 
     try:
         result = run_training(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingStopped as exc:
         print(f"her-train: {exc}", file=sys.stderr)
         return exc.exit_code
+    except RunFailed as exc:  # a dead env worker, diverged networks: the line says what to do
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (EnvWorkerDied, NetworksDiverged) as exc:  # the same outside the plain loop (the actor-learner)
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 1
+    except LaunchError as exc:  # torchrun's variables, dist.backend, a process group that does not form
+        print(f"her-train: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
         print("her-train: interrupted" + _last_checkpoint_hint(cfg, args), file=sys.stderr)
         return 130
@@ -129,6 +144,22 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
         print(f"her-train: error: out of memory ({what}); lower replay.capacity (now {cfg.replay.capacity})",
               file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # torch's allocator during the updates (a batch too large for the device)
+        asked = allocation_failure(exc)
+        if asked is None:
+            raise
+        print(f"her-train: error: out of memory: torch asked for {asked}; lower train.batch_size (now "
+              f"{cfg.train.batch_size}) or agent.hidden (now {list(cfg.agent.hidden)})", file=sys.stderr)
+        return 2
+    except BrokenPipeError as exc:
+        if exc.filename:
+            raise
+        # stdout's reader ended (`her-train ... | head`): nothing more can be shown there
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        print("her-train: error: the program reading its output ended (a closed pipe), so the run stopped"
+              + _last_checkpoint_hint(cfg, args).replace(" before its own checkpoint", "")
+              + "; send the output to a file instead (`her-train ... > train.log`)", file=sys.stderr)
+        return 1
     except OSError as exc:  # e.g. a full disk: every file written so far is complete (atomic writes)
         print(f"her-train: error: cannot write {exc.filename or 'to the run directory'}: "
               f"{exc.strerror or exc}{_after_write_error(exc)}", file=sys.stderr)
@@ -139,6 +170,7 @@ def _train_and_report(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+@cli_entry("her-train")
 def train_main(argv: list[str] | None = None) -> int:
     parser = train_parser()
     args = parser.parse_intermixed_args(argv)  # options may come between CONFIG and the overrides
@@ -148,7 +180,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
     from .config import config_yaml, load_config
     from .run.logger import check_wandb_env
-    from .run.video import check_gl_backend
+    from .run.video import prepare_gl
 
     try:
         cfg = _resumed_config(args) if args.resume else load_config(args.config or DEFAULT_CONFIG, args.overrides)
@@ -156,7 +188,7 @@ def train_main(argv: list[str] | None = None) -> int:
             return 0
         if args.print_config:
             return print_to_pipe(config_yaml(cfg))
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco`, so every MuJoCo env
+        prepare_gl(video=cfg.log.video_every > 0)  # before `import mujoco`, which loads MUJOCO_GL's library
         check_wandb_env()  # W&B refuses an unknown WANDB_MODE at every init, offline ones included
     except (ValueError, FileNotFoundError, RuntimeError) as exc:  # one line, no usage text: the message says
         print(f"her-train: error: {exc}", file=sys.stderr)  # what to fix
@@ -167,7 +199,9 @@ def train_main(argv: list[str] | None = None) -> int:
 def eval_parser() -> argparse.ArgumentParser:
     """The ``her-eval`` argument parser (every option's help gives its default)."""
     parser = OneLineErrorParser(prog="her-eval", description="Evaluate a checkpoint (deterministic policy).")
-    parser.add_argument("checkpoint", help="checkpoint.pt or a run directory")
+    parser.add_argument("checkpoint", nargs="?", help="checkpoint.pt, a run directory, a her-export directory "
+                        "or pretrained:NAME, a policy shipped with the package (see --list-pretrained)")
+    parser.add_argument("--list-pretrained", action="store_true", help="list the shipped policies' names and exit")
     parser.add_argument("--episodes", type=int, default=50, help="evaluation episodes (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of the evaluation envs and of the video episodes (default: %(default)s)")
@@ -176,6 +210,7 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--video-episodes", type=int, default=2,
                         help="episodes in the video (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of the policy (default: %(default)s)")
+    add_version_option(parser)
     return parser
 
 
@@ -191,7 +226,7 @@ def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     from .config import check_device
     from .run.checkpoint import check_writable
-    from .run.video import check_gl_backend, default_headless_gl
+    from .run.video import prepare_gl
 
     try:
         check_device(args.device, "--device")
@@ -202,9 +237,8 @@ def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             check_writable(args.video)  # before the evaluation, which the video would otherwise only follow
         except OSError as exc:
             return f"--video {args.video}: cannot write {exc.filename} ({exc.strerror})"
-        default_headless_gl()  # before MuJoCo loads
     try:
-        check_gl_backend()  # an unknown MUJOCO_GL breaks `import mujoco` itself, video or not
+        prepare_gl(video=bool(args.video))  # before `import mujoco`, which loads MUJOCO_GL's library
     except RuntimeError as exc:
         return str(exc)
     return None
@@ -229,13 +263,64 @@ def _record_video(agent, env_id: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_policy_file(target: str) -> bool:
+    """Whether ``her-eval`` takes ``target`` as a policy (``pretrained:NAME``, a ``her-export`` directory or model
+    file) rather than a checkpoint or run directory."""
+    from .run.policy_file import MODEL_FILES, read_policy_file
+
+    if target.startswith("pretrained:") or target.endswith(".safetensors"):
+        return True
+    if os.path.isdir(target):
+        return not os.path.isfile(os.path.join(target, "checkpoint.pt")) and any(
+            os.path.isfile(os.path.join(target, m)) for m in MODEL_FILES)
+    if os.path.basename(target) == "model.pt" and os.path.isfile(target):
+        try:  # a checkpoint may be named model.pt too
+            read_policy_file(target)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _eval_policy_file(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``her-eval`` of a shipped policy (``pretrained:NAME``) or of a ``her-export`` file or directory."""
+    from .loop.train import evaluate
+    from .pretrained import PREFIX, load_pretrained
+    from .run.policy_file import load_policy
+    from her_envs import make_vector_env
+
+    try:
+        if args.checkpoint.startswith(PREFIX):
+            policy = load_pretrained(args.checkpoint, device=args.device)
+        else:
+            policy = load_policy(args.checkpoint, device=args.device)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(str(exc))
+    env = make_vector_env(policy.env_id, min(args.episodes, 10), "sync", seed=args.seed)
+    ev = evaluate(policy.agent, env, args.episodes)
+    env.close()
+    print(f"{policy.env_id} {policy.algo} ({args.checkpoint}, {policy.metadata['dtype']}): success rate "
+          f"{ev['success_rate']:.3f} over {args.episodes} episode{'s' if args.episodes != 1 else ''}, "
+          f"mean final distance {ev['final_distance']:.4f}")
+    return _record_video(policy.agent, policy.env_id, args) if args.video else 0
+
+
+@cli_entry("her-eval")
 def eval_main(argv: list[str] | None = None) -> int:
     parser = eval_parser()
     args = parser.parse_args(argv)
+    if args.list_pretrained:
+        from .pretrained import names
+
+        return print_to_pipe("\n".join(names()))
+    if args.checkpoint is None:
+        parser.error("give a checkpoint, a run directory or pretrained:NAME (--list-pretrained lists the names)")
     problem = _check_eval_args(parser, args)
     if problem:
         print(f"her-eval: error: {problem}", file=sys.stderr)
         return 2
+    if _is_policy_file(args.checkpoint):
+        return _eval_policy_file(parser, args)
 
     import torch
 
@@ -254,10 +339,10 @@ def eval_main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
     try:
         agent = agent_from_checkpoint(state, device=args.device)
-    except RuntimeError as exc:  # e.g. MuJoCo's own GL set-up at import
+        env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
+    except (RuntimeError, ValueError, TypeError) as exc:  # MuJoCo's GL set-up at import; an env module not found
         print(f"her-eval: error: cannot build {cfg['env']['id']}: {exc}", file=sys.stderr)
         return 2
-    env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)
     ev = evaluate(agent, env, args.episodes)
     env.close()
     print(f"{cfg['env']['id']} {cfg['algo']} @ {state['counters']['env_steps']} env steps: "

@@ -4,17 +4,20 @@ overrides, merged with OmegaConf. Unknown keys are refused with the list of vali
 Who checks what, once:
 
 - types and choices (``Literal`` fields): OmegaConf while merging the layers (naming the key and what the user
-  wrote), then each section's ``__post_init__`` (:func:`her_agents.fields.check_types`, which also covers a
+  wrote), then each section's ``__post_init__`` (``her_agents.fields.check_types``, which also covers a
   section built directly);
 - ranges: each section's ``__post_init__``; the replay values (and ``train.gamma``) are the ``her`` library's, so
-  :func:`check_replay` builds its pieces from them and names the key in its error;
+  [`check_replay`][her_agents.config.check_replay] builds its pieces from them and names the key in its error;
 - the ``agent`` section: the algorithm's config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``), picked
-  by ``algo`` after all layers are merged (:func:`agent_section`), so an ``algo=`` override re-types the section.
+  by ``algo`` after all layers are merged ([`agent_section`][her_agents.config.agent_section]), so an
+  ``algo=`` override re-types the section.
 
-:func:`load_config` and :func:`resume_config` build the merged values into :class:`Config` (which runs those
+[`load_config`][her_agents.config.load_config] and [`resume_config`][her_agents.config.resume_config] build
+the merged values into [`Config`][her_agents.config.Config] (which runs those
 checks) and return it, typed: every section a dataclass, ``agent`` the algorithm's config dataclass. OmegaConf
 is used only to parse and merge the YAML layers and overrides, and to write the resolved config out
-(:func:`config_dict` for checkpoints and W&B, :func:`config_yaml` for ``--print-config`` and ``config.yaml``).
+([`config_dict`][her_agents.config.config_dict] for checkpoints and W&B,
+[`config_yaml`][her_agents.config.config_yaml] for ``--print-config`` and ``config.yaml``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import dataclasses
 import functools
 import importlib.resources
 import io
+import os
 import re
 import typing
 from collections.abc import Mapping
@@ -56,7 +60,7 @@ __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistC
 
 Vectorization = Literal["sync", "async"]
 Strategy = Literal["future", "final", "episode", "mixed"]
-"""The values of :class:`her.RelabelStrategy`."""
+"""The values of [`her.RelabelStrategy`][]."""
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 DistMode = Literal["data_parallel", "actor_learner"]
 DistBackend = Literal["auto", "gloo", "nccl"]
@@ -67,7 +71,8 @@ DEVICES = ("auto", "cpu", "cuda")
 @dataclass
 class EnvConfig:
     id: str = "FetchPush-v4"
-    """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env."""
+    """gymnasium env id: FetchReach/Push/Slide/PickAndPlace-v4 or any registered goal env; ``module.path:EnvId-v0``
+    imports ``module.path`` (from the Python path or the current directory), which registers ``EnvId-v0``."""
     n_envs: int = 1
     """Parallel training envs (gymnasium vector env, >= 1); each env step counts n_envs env steps."""
     vectorization: Vectorization = "sync"
@@ -112,7 +117,8 @@ class EnvConfig:
 @dataclass
 class ReplayConfig:
     """The HER replay (``her.HerReplayBuffer`` and its pieces). The ``her`` library checks the ranges of these
-    values when it builds the replay; :func:`check_replay` runs those checks at load time."""
+    values when it builds the replay; [`check_replay`][her_agents.config.check_replay] runs those checks at
+    load time."""
 
     capacity: int = 1_000_000
     """Transitions kept (>= 1; whole episodes are dropped, oldest first)."""
@@ -153,7 +159,8 @@ class ReplayConfig:
     """An episode is drawn in proportion to ``(energy + energy_eps) ** energy_exponent`` (> 0; the paper's 1)."""
 
     def __post_init__(self) -> None:
-        """Types and choices only (the ranges are ``her``'s, see :func:`check_replay`); ``capacity`` too, which
+        """Types and choices only (the ranges are ``her``'s, see
+        [`check_replay`][her_agents.config.check_replay]); ``capacity`` too, which
         ``her`` checks in its storage, built here without allocating one.
 
         Raises:
@@ -179,7 +186,8 @@ class TrainConfig:
     batch_size: int = 256
     """Transitions per update (in [1, replay.capacity])."""
     gamma: float = 0.98
-    """Discount factor in (0, 1] (checked by ``her``'s returns, see :func:`check_replay`; baselines: 1 - 1/T for
+    """Discount factor in (0, 1] (checked by ``her``'s returns, see
+    [`check_replay`][her_agents.config.check_replay]; baselines: 1 - 1/T for
     T = 50)."""
     eval_every: int = 20_000
     """Evaluate every this many env steps (>= 1; and at the end)."""
@@ -190,7 +198,7 @@ class TrainConfig:
     reproducible."""
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (whether this machine has it is checked when training starts,
-    :func:`check_device`)."""
+    [`check_device`][her_agents.config.check_device])."""
     torch_threads: int = 1
     """torch intra-op threads (>= 1; 1 is fastest on a shared 2-core box)."""
     normalizer_relabeled: bool = True
@@ -208,6 +216,9 @@ class TrainConfig:
             "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
         })
         check_device_name(self.device, "device")
+
+
+_WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # wandb.sdk.wandb_settings.Settings.validate_project
 
 
 @dataclass
@@ -231,34 +242,67 @@ class WandbConfig:
     """Seconds (> 0) the final upload may take; what is left stays on disk for ``wandb sync``."""
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a value of the wrong type or choice, a timeout <= 0."""
+        """W&B's own rules on names (``wandb.sdk.wandb_settings``: ``validate_project``, ``validate_run_tags``) are
+        checked here, before the run starts: W&B refuses them only inside ``wandb.init``, after its retries.
+
+        Raises:
+            ValueError: a value of the wrong type or choice, a timeout <= 0; a project name that is empty, longer
+                than 128 characters or holds one of ``/ \\ # ? % :``; a tag empty or longer than 64 characters;
+                an empty entity, group or name."""
         check_types(self)
         check_ranges(self, {"init_timeout_s": POSITIVE, "finish_timeout_s": POSITIVE})
+        bad = sorted(set(_WANDB_PROJECT_FORBIDDEN) & set(self.project))
+        if not self.project.strip() or len(self.project) > 128 or bad:
+            why = (f"got {self.project!r}, which holds {' '.join(bad)}" if bad else
+                   f"got {len(self.project)} characters" if self.project.strip() else "got an empty name")
+            raise ValueError(f"project: W&B project names have 1 to 128 characters, none of "
+                             f"{' '.join(_WANDB_PROJECT_FORBIDDEN)}; {why}")
+        for i, tag in enumerate(self.tags):
+            if not 1 <= len(str(tag)) <= 64:
+                shown = str(tag) if len(str(tag)) <= 40 else str(tag)[:37] + "..."
+                raise ValueError(f"tags[{i}]: W&B tags have 1 to 64 characters, got {len(str(tag))} "
+                                 f"({shown!r})")
+        for key in ("entity", "group", "name"):
+            value = getattr(self, key)
+            if value is not None and not value.strip():
+                raise ValueError(f"{key}: expected a non-empty name or null (W&B's default), got {value!r}")
 
 
 @dataclass
 class LogConfig:
     run_dir: str | None = None
-    """Run directory (metrics.csv, checkpoint.pt, wandb/); default runs/<env>-<algo>-s<seed>-<time>."""
+    """Run directory (metrics.csv, checkpoint.pt, wandb/); default runs/<env>-<algo>-s<seed>-<time>. ``~`` and
+    ``$VAR`` are expanded."""
     progress: bool = True
     """tqdm progress bar."""
     checkpoint: bool = True
     """Write checkpoint.pt atomically at each evaluation and at the end."""
-    save_replay: bool = False
-    """Also save the replay storage (compressed .npz) beside each checkpoint, for exact resume."""
+    save_replay: bool = True
+    """Save the replay beside each checkpoint, so that ``--resume`` continues exactly: a compressed base
+    (``replay.npz``) and an append-only log of the episodes added since (``replay-<env steps>.log``); each
+    checkpoint appends its new episodes, and the base is rewritten only once the log outgrows the replay's
+    capacity. false: a resumed run starts with an empty replay."""
     video_every: int = 0
     """Log an evaluation video to W&B every N evaluations (>= 0; 0 = never)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
-        """Raises:
-            ValueError: a value of the wrong type, a negative ``video_every``, an empty ``run_dir``."""
+        """``~`` and ``$VAR`` in ``run_dir`` are expanded as a shell would.
+
+        Raises:
+            ValueError: a value of the wrong type, a negative ``video_every``, an empty ``run_dir``, or one with an
+                unset ``$VAR``."""
         check_types(self)
         check_ranges(self, {"video_every": NON_NEGATIVE})
         if self.run_dir is not None and not self.run_dir.strip():
             raise ValueError("run_dir must be a directory path, got an empty value; leave log.run_dir out for the "
                              "default runs/<env>-<algo>-s<seed>-<time>")
+        if self.run_dir is not None:  # as a shell would have: `log.run_dir=~/runs/x` is not a folder named "~"
+            expanded = os.path.expandvars(os.path.expanduser(self.run_dir))
+            if "$" in expanded:
+                raise ValueError(f"run_dir: expected a directory path, got {self.run_dir!r}, whose $ names an unset "
+                                 "environment variable")
+            self.run_dir = expanded
 
 
 @dataclass
@@ -289,25 +333,30 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: str = "ddpg"
-    """ddpg | td3 | sac | tqc (the registered algorithms, :data:`her_agents.algos.registry.AGENTS`; case-insensitive)."""
+    """ddpg | td3 | sac | tqc (the registered algorithms, ``her_agents.algos.registry.AGENTS``;
+    case-insensitive)."""
     # a mapping until __post_init__ types it: the empty one is the algorithm's defaults
     agent: AgentConfig = field(default_factory=lambda: cast(AgentConfig, {}))
     """The algorithm's settings, typed by its config dataclass (``DDPGConfig``, ``TD3Config``, ``SACConfig``,
     ``TQCConfig``): given keys are checked and converted, missing ones get the dataclass's defaults, except
-    :data:`LOOP_OWNED` (refused) and ``q_clip`` and ``noise_horizon``, which stay absent unless set (the loop then
+    ``LOOP_OWNED`` (refused) and ``q_clip`` and ``noise_horizon``, which stay absent unless set (the loop then
     derives them: ``q_clip`` from the env's reward range and ``train.gamma``, ``noise_horizon`` from the env's
     episode length)."""
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     agent_unset: frozenset[str] = field(default=frozenset(), repr=False, metadata={"key": False})
-    """Not a key: the :data:`DERIVED_WHEN_UNSET` fields of ``agent`` that no layer set, which the loop derives
-    (their value in ``agent`` is the dataclass default meanwhile) and which :func:`config_dict` leaves out.
-    Computed when ``agent`` is given as a mapping (as :func:`load_config` does); kept as given with a typed
+    """Not a key: the ``DERIVED_WHEN_UNSET`` fields of ``agent`` that no layer set, which the loop derives
+    (their value in ``agent`` is the dataclass default meanwhile) and which
+    [`config_dict`][her_agents.config.config_dict] leaves out.
+    Computed when ``agent`` is given as a mapping (as [`load_config`][her_agents.config.load_config] does);
+    kept as given with a typed
     ``agent``."""
 
     def __post_init__(self) -> None:
-        """Types the ``agent`` section for ``algo`` when it is a mapping (:func:`agent_section`), runs ``her``'s
-        checks of the replay values (:func:`check_replay`) and the checks across sections.
+        """Types the ``agent`` section for ``algo`` when it is a mapping
+        ([`agent_section`][her_agents.config.agent_section]), runs ``her``'s
+        checks of the replay values ([`check_replay`][her_agents.config.check_replay]) and the checks across
+        sections.
 
         Raises:
             ValueError: one line naming the key: an unknown algo, an ``agent`` key the algorithm does not have
@@ -345,7 +394,7 @@ DERIVED_WHEN_UNSET = ("q_clip", "noise_horizon")
 def agent_section(algo: str, values: Mapping[str, Any]) -> AgentConfig:
     """The ``agent`` section typed by ``algo``'s config dataclass: ``values`` checked and converted (lists of
     sizes become tuples of ints, ints become floats where a float is expected), every other field with its
-    default (:data:`LOOP_OWNED` and unset :data:`DERIVED_WHEN_UNSET` ones too: the loop sets those).
+    default (``LOOP_OWNED`` and unset ``DERIVED_WHEN_UNSET`` ones too: the loop sets those).
 
     Args:
         algo: a registered algorithm name.
@@ -377,7 +426,8 @@ def agent_config(cfg: Config, **fields: Any) -> AgentConfig:
     """``cfg.agent`` (its algorithm's dataclass, e.g. ``DDPGConfig``) with ``fields`` replaced.
 
     Args:
-        cfg: from :func:`load_config` or :func:`resume_config`.
+        cfg: from [`load_config`][her_agents.config.load_config] or
+            [`resume_config`][her_agents.config.resume_config].
         fields: values the loop sets, e.g. ``seed=cfg.train.seed``, ``q_clip=...``; they win over the section.
 
     Raises:
@@ -388,8 +438,9 @@ def agent_config(cfg: Config, **fields: Any) -> AgentConfig:
 
 def config_dict(cfg: Config) -> dict[str, Any]:
     """The resolved config as plain data, key for key what the YAML layers and overrides can set: the
-    ``agent`` section without :data:`LOOP_OWNED` and the unset :data:`DERIVED_WHEN_UNSET` fields. What a
-    checkpoint's ``config`` and the W&B run's config hold, and what :func:`resume_config` reads back."""
+    ``agent`` section without ``LOOP_OWNED`` and the unset ``DERIVED_WHEN_UNSET`` fields. What a
+    checkpoint's ``config`` and the W&B run's config hold, and what
+    [`resume_config`][her_agents.config.resume_config] reads back."""
     drop = set(LOOP_OWNED) | cfg.agent_unset
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
@@ -402,7 +453,8 @@ def config_dict(cfg: Config) -> dict[str, Any]:
 
 
 def config_yaml(cfg: Config) -> str:
-    """:func:`config_dict` as YAML: what ``--print-config`` prints and a run directory's ``config.yaml`` holds."""
+    """[`config_dict`][her_agents.config.config_dict] as YAML: what ``--print-config`` prints and a run
+    directory's ``config.yaml`` holds."""
     return OmegaConf.to_yaml(OmegaConf.create(config_dict(cfg)))
 
 
@@ -454,20 +506,40 @@ def config_dir() -> Traversable:
     return importlib.resources.files("her_configs")
 
 
-def resolve_config_path(name: str) -> Path | Traversable:
-    """A YAML path, or a config name in ``configs/`` (``fetch_reach_ddpg`` or ``fetch_reach_ddpg.yaml``).
+def resolve_config_path(name: str, beside: Path | Traversable | None = None) -> Path | Traversable:
+    """A YAML path, or a config name in ``configs/`` (``fetch_reach_ddpg`` or ``fetch_reach_ddpg.yaml``). ``~`` and
+    ``$VAR`` / ``${VAR}`` in a path are expanded as a shell would (a quoted argument or a YAML value reaches us
+    unexpanded).
+
+    Args:
+        beside: the YAML file whose ``defaults:`` names ``name``: a relative path is looked up in that file's
+            directory (not the current one), then among the shipped configs.
 
     Raises:
-        FileNotFoundError: neither exists (lists the shipped configs).
+        FileNotFoundError: neither exists (lists the shipped configs, and what ``~`` / ``$VAR`` expanded to).
     """
-    p = Path(name)
-    if p.is_file():
-        return p
+    expanded = os.path.expandvars(os.path.expanduser(name))
+    p = Path(expanded)
+    if beside is None or p.is_absolute():
+        if p.is_file():
+            return p
+    else:
+        here = beside.parent if isinstance(beside, Path) else None
+        for near in (here / expanded, here / f"{expanded}.yaml") if here is not None else ():
+            if near.is_file():
+                return near
     for cand in (config_dir() / name, config_dir() / f"{name}.yaml"):
         if cand.is_file():
             return cand
     shipped = sorted(q.name[:-5] for q in config_dir().iterdir() if q.name.endswith(".yaml"))
-    raise FileNotFoundError(f"config {name!r} is neither a file nor one of the shipped configs: {shipped}")
+    what = f"config {name!r}" if beside is None else f"config {beside}: defaults entry {name!r}"
+    where = ("a file" if beside is None or p.is_absolute() or not isinstance(beside, Path)
+             else f"a file beside it ({beside.parent / expanded})")
+    if expanded != name:
+        where += f" (it expands to {expanded})"
+    elif "$" in name:
+        where += " (its $ names an unset environment variable)"
+    raise FileNotFoundError(f"{what} is neither {where} nor one of the shipped configs: {shipped}")
 
 
 def _valid_keys(node: Any, prefix: str = "") -> list[str]:
@@ -482,7 +554,8 @@ def _valid_keys(node: Any, prefix: str = "") -> list[str]:
 
 @functools.cache
 def _layout() -> type:
-    """:class:`Config`'s keys as OmegaConf merges the layers: the sections typed, ``agent`` an open mapping (its
+    """[`Config`][her_agents.config.Config]'s keys as OmegaConf merges the layers: the sections typed,
+    ``agent`` an open mapping (its
     keys depend on ``algo``, known only once every layer is merged)."""
     hints = typing.get_type_hints(Config)
 
@@ -498,7 +571,8 @@ def _layout() -> type:
 
 
 def _field_type(key: str) -> Any:
-    """The annotated type of a dotted key of :class:`Config` (None for unknown keys and ``agent.*``)."""
+    """The annotated type of a dotted key of [`Config`][her_agents.config.Config] (None for unknown keys and
+    ``agent.*``)."""
     cls: Any = _layout()
     hint: Any = None
     for part in key.split("."):
@@ -585,8 +659,9 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults <- YAML file (``defaults:`` entries first) <- ``key=value`` overrides, then built into
-    :class:`Config`, whose sections check their values; the ``agent`` section is typed by the final ``algo``'s
-    config dataclass (see :attr:`Config.agent`).
+    [`Config`][her_agents.config.Config], whose sections check their values; the ``agent`` section is typed by
+    the final ``algo``'s
+    config dataclass (see [`Config.agent`][her_agents.config.Config.agent]).
 
     Raises:
         ValueError: one line naming the key, what was expected and what came: an unknown key (with the list
@@ -605,7 +680,8 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
 
 
 def _checked(cfg: DictConfig) -> Config:
-    """The merged layers built into :class:`Config` (each section's ``__post_init__`` checks its values,
+    """The merged layers built into [`Config`][her_agents.config.Config] (each section's ``__post_init__``
+    checks its values,
     ``Config``'s types the ``agent`` section)."""
     return _build(Config, cast(dict, OmegaConf.to_container(cfg, resolve=True)))
 
@@ -623,11 +699,46 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
         raise ValueError(f"{prefix}{exc}") from None
 
 
+def _check_literal(layer: DictConfig, where: str = "", prefix: str = "") -> None:
+    """Refuse OmegaConf's special values in a layer: an interpolation (``${...}``, also a resolver such as
+    ``${oc.env:HOME}``) or the missing-value marker ``???``; a config holds plain values (a run's ``config.yaml``
+    and checkpoint must say what it ran with).
+
+    Raises:
+        ValueError: one line naming ``where`` (the file), the key and the value."""
+    for key in layer:
+        full = f"{prefix}{key}"
+        if OmegaConf.is_missing(layer, key):
+            raise ValueError(f"{where}{full}: expected a value, got OmegaConf's missing-value marker '???'; set a "
+                             f"value or leave the key out for its default")
+        if OmegaConf.is_interpolation(layer, key):
+            raw = layer._get_node(key)._value()  # the text, unresolved
+            raise ValueError(f"{where}{full}: expected a plain value, got the OmegaConf interpolation {raw!r} "
+                             "(not supported in configs: write the value itself)")
+        node = layer._get_node(key)
+        if OmegaConf.is_dict(node):
+            _check_literal(node, where, f"{full}.")
+        elif OmegaConf.is_list(node):
+            for i in range(len(node)):
+                if OmegaConf.is_interpolation(node, i) or OmegaConf.is_missing(node, i):
+                    raise ValueError(f"{where}{full}[{i}]: expected a plain value, got {node._get_node(i)._value()!r}"
+                                     " (OmegaConf interpolations and '???' are not supported in configs)")
+
+
 def _check_overrides(overrides: list[str] | None) -> None:
+    """Raises:
+        ValueError: an override that is not ``key=value``, a key with an empty part (``a..b``, ``train.``,
+            ``.seed``), an interpolation or ``???`` as the value."""
     for o in overrides or []:
         key, _, value = o.partition("=")
         if "=" not in o or not key.strip():
             raise ValueError(f"override {o!r} is not of the form key=value (e.g. train.total_env_steps=5000)")
+        if any(not part.strip() for part in key.split(".")):
+            raise ValueError(f"override {o!r}: the key {key!r} has an empty part between its dots; expected "
+                             "section.key=value (e.g. train.total_env_steps=5000)")
+        if "${" in value or value.strip() == "???":
+            raise ValueError(f"{key.strip()}: expected a plain value, got {value.strip()!r} (OmegaConf interpolations "
+                             "and '???' are not supported in overrides: write the value itself)")
         # `log.run_dir=` reads as null, the default: refuse it as `env.id=` is, not silently use another directory
         if key.strip() == "log.run_dir" and value.strip() in ("", "''", '""'):
             raise ValueError("log.run_dir must be a directory path, got an empty value; leave log.run_dir out "
@@ -641,14 +752,16 @@ RESUME_FROZEN = ("env.id", "env.n_envs", "algo", "agent.hidden", "agent.layer_no
 
 def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> Config:
     """The config of a resumed run: its saved config (``checkpoint["config"]``) <- ``key=value`` overrides,
-    checked and typed as in :func:`load_config`. A saved ``agent`` section may be partial (run directories of
+    checked and typed as in [`load_config`][her_agents.config.load_config]. A saved ``agent`` section may be
+    partial (run directories of
     earlier versions): the missing fields get the algorithm's defaults.
 
     Overrides may change e.g. ``train.total_env_steps``, ``train.eval_every``, ``train.eval_episodes``,
-    ``env.eval_envs`` and ``log.*``; the keys in :data:`RESUME_FROZEN` and ``log.run_dir`` cannot change.
+    ``env.eval_envs`` and ``log.*``; the keys in ``RESUME_FROZEN`` and ``log.run_dir`` cannot change.
 
     Raises:
-        ValueError: as :func:`load_config`; an override of a frozen key to another value, or of
+        ValueError: as [`load_config`][her_agents.config.load_config]; an override of a frozen key to another
+            value, or of
             ``log.run_dir``.
     """
     _check_overrides(overrides)
@@ -699,7 +812,18 @@ def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[Di
     if str(path) in chain:
         raise ValueError(f"config {path}: defaults form a cycle: {' -> '.join([*chain, str(path)])}")
     chain = (*chain, str(path))
-    text = path.read_text()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"config {path}: expected a readable YAML file, got {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config {path}: expected a YAML text file (UTF-8), got a binary file (byte "
+                         f"0x{data[exc.start]:02x} at offset {exc.start})") from None
+    if "\0" in text:
+        raise ValueError(f"config {path}: expected a YAML text file, got a binary file (a NUL byte at offset "
+                         f"{text.index(chr(0))})")
     try:
         cfg = OmegaConf.load(io.StringIO(text))
     except yaml.YAMLError as exc:
@@ -721,6 +845,7 @@ def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[Di
                          f"({first!r})")
     if len(cfg) == 0:
         raise ValueError(f"config {path}: expected a YAML mapping of settings (key: value), got an empty file")
+    _check_literal(cfg, f"config {path}: ")
     parents = cfg.pop("defaults", None)
     parents = [] if parents is None else [parents] if isinstance(parents, str) else parents
     if not isinstance(parents, (ListConfig, list)) or not all(
@@ -730,7 +855,7 @@ def _read_yaml(path: Path | Traversable, chain: tuple[str, ...] = ()) -> list[Di
                          f"defaults: [fetch_push_ddpg]), got {got!r}")
     layers: list[DictConfig] = []
     for parent in parents:
-        layers += _read_yaml(resolve_config_path(parent) if not Path(parent).is_absolute() else Path(parent), chain)
+        layers += _read_yaml(resolve_config_path(parent, beside=path), chain)
     return layers + [cfg]
 
 
@@ -748,7 +873,8 @@ def check_device(device: str, name: str = "train.device") -> None:
     """Refuse a device (the option ``name``) that is not a device name or that this machine does not have.
 
     Raises:
-        ValueError: as :func:`check_device_name`; ``cuda`` / ``cuda:N`` without CUDA or without that GPU.
+        ValueError: as [`check_device_name`][her_agents.config.check_device_name]; ``cuda`` / ``cuda:N``
+            without CUDA or without that GPU.
     """
     import torch
 

@@ -1,6 +1,7 @@
 """Typed dataclass fields: check and convert a dataclass's values against its annotations, check ranges, and say
-in words what a type expects. The config sections (:mod:`her_agents.config`) and the agents' config dataclasses
-(:class:`her_agents.algos.base.AgentConfig` and its subclasses) call these from ``__post_init__``, so each validates its
+in words what a type expects. The config sections ([`her_agents.config`][]) and the agents' config dataclasses
+([`her_agents.algos.base.AgentConfig`][] and its subclasses) call these from ``__post_init__``, so each
+validates its
 own values, with one-line errors that start with the field's name (a caller adds the section, e.g. ``agent.``).
 
 No torch import here: the run config uses it before anything heavy is loaded.
@@ -55,7 +56,7 @@ def check_ranges(obj: Any, ranges: Mapping[str, Range]) -> None:
     """Check fields of ``obj`` against ``{field name: (test, expected)}``.
 
     Raises:
-        ValueError: the first field whose test fails, as :func:`require`.
+        ValueError: the first field whose test fails, as ``require``.
     """
     for name, (test, expected) in ranges.items():
         value = getattr(obj, name)
@@ -63,7 +64,8 @@ def check_ranges(obj: Any, ranges: Mapping[str, Range]) -> None:
 
 
 def check_types(obj: Any) -> None:
-    """Convert every field of the dataclass instance ``obj`` to its annotated type, in place (see :func:`convert`).
+    """Convert every field of the dataclass instance ``obj`` to its annotated type, in place (see
+    ``convert``).
 
     Raises:
         ValueError: ``"{field} must be {describe_type(hint)}, got {value!r} ({type})"`` for the first field whose

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .tools import OneLineErrorParser, print_to_pipe
+from .tools import OneLineErrorParser, add_version_option, cli_entry, print_to_pipe
 
-__all__ = ["build_parser", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
+__all__ = ["build_parser", "check_math_text", "group_notes", "main", "plot_curves", "read_metrics", "results_table"]
 
 DEFAULT_OUT = "learning_curves.png"
 
@@ -43,13 +43,15 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         path = path / "metrics.csv"
     if not path.is_file():
         raise FileNotFoundError(f"no metrics.csv at {path}")
-    try:
-        with open(path, newline="") as f:
+    try:  # utf-8-sig: a CSV saved by a spreadsheet starts with a byte-order mark
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             columns = reader.fieldnames or []
             rows = [(reader.line_num, r) for r in reader]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ValueError(f"{path} is not a metrics CSV ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
     missing = [c for c in ("env_steps", "wall_time") if c not in columns]
     if missing:
         raise ValueError(f"{path} is not a metrics CSV (expected the columns env_steps and wall_time, got "
@@ -80,10 +82,10 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
 
 
 def _read_runs(dirs: list[str | Path], metric: str) -> list[dict[str, np.ndarray]]:
-    """:func:`read_metrics` of each run, which must have the column ``metric``.
+    """``read_metrics`` of each run, which must have the column ``metric``.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; a run without ``metric``.
+        FileNotFoundError, ValueError: as ``read_metrics``; a run without ``metric``.
     """
     runs = [read_metrics(d) for d in dirs]
     for d, r in zip(dirs, runs):
@@ -143,7 +145,7 @@ def group_notes(groups: dict[str, list[str | Path]]) -> list[str]:
     env steps (its mean leaves out the evaluations not every run has).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`.
+        FileNotFoundError, ValueError: as ``read_metrics``.
     """
     notes = []
     for label, dirs in groups.items():
@@ -174,7 +176,7 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     the env steps where every run of the group evaluated, with a min-max band.
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; a run without ``metric``, a group whose runs
+        FileNotFoundError, ValueError: as ``read_metrics``; a run without ``metric``, a group whose runs
             have no env step in common.
         OSError: ``out`` cannot be written.
     """
@@ -182,7 +184,7 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
 
 
 def _figure(groups: dict[str, list[str | Path]], metric: str, title: str | None) -> Any:
-    """The figure of :func:`plot_curves` (raises as it does, but for the write)."""
+    """The figure of ``plot_curves`` (raises as it does, but for the write)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -281,7 +283,7 @@ def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: 
     it where they all come from one such step ("-" where they come from different steps).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; a group whose runs have no env step in common.
+        FileNotFoundError, ValueError: as ``read_metrics``; a group whose runs have no env step in common.
     """
     def fmt_steps(v: float) -> str:
         return "-" if np.isnan(v) else _steps_label(v)
@@ -365,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--levels", nargs="+", type=float, metavar="L",
                         help="with --table: the metric levels whose first crossing the table gives, in env steps "
                              "(default: 0.5 0.9)")
+    add_version_option(parser)
     return parser
 
 
@@ -437,6 +440,28 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
                          f"({', '.join(sorted(kinds))}), got {'.' + suffix if suffix else 'no suffix'}")
 
 
+def check_math_text(text: str, option: str) -> None:
+    """Refuse a text matplotlib would fail to draw: between two unescaped ``$`` it is parsed as math (mathtext),
+    and a parse error there otherwise comes out of ``savefig`` as a traceback.
+
+    Raises:
+        ValueError: one line naming ``option``, the text and matplotlib's complaint.
+    """
+    from matplotlib import cbook
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.mathtext import MathTextParser
+
+    if not cbook.is_math_text(text):
+        return
+    try:
+        MathTextParser("path").parse(text, dpi=72, prop=FontProperties())
+    except ValueError as exc:
+        why = " ".join(str(exc).split())[:160]
+        raise ValueError(f"{option} {text!r}: matplotlib cannot draw the math text between its $ signs ({why}); "
+                         f"write \\$ for a literal dollar sign") from None
+
+
+@cli_entry("her-plot")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     groups, rest = _split_labels(parser, list(sys.argv[1:] if argv is None else argv))
@@ -444,6 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     _check_args(parser, args)
     if not groups:
         parser.error("no run directories given (her-plot --help shows the usage)")
+    if args.table is None:  # a table prints the labels as they are
+        try:
+            for label in groups:
+                check_math_text(label, "--label")
+            check_math_text(args.title or "", "--title")
+            check_math_text(args.metric, "--metric")
+        except ValueError as exc:
+            parser.error(str(exc))
     for label, runs in groups.items():  # the same run twice under one label would count twice in its mean
         seen: dict[Path, str] = {}
         for run in runs:

@@ -1,15 +1,72 @@
 """Helpers of the command-line tools (``her-train``, ``her-eval``, ``her-plot`` and the analysis scripts in
 ``scripts/``): an argument parser whose errors are one line, printing into a pipe that may close early, and the
-command line of a checkpoint analysis. The tools import these from here, not from a CLI module."""
+command line of a checkpoint analysis, and the ``--version`` option they share. The tools import these from here, not from a CLI module."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["OneLineErrorParser", "checkpoint_analysis", "print_to_pipe"]
+__all__ = ["OneLineErrorParser", "add_version_option", "allocation_failure", "checkpoint_analysis", "cli_entry",
+           "package_version", "print_to_pipe"]
+
+
+def allocation_failure(exc: BaseException) -> str | None:
+    """If ``exc`` is torch's allocator refusing memory (CPU: ``RuntimeError ... can't allocate memory: you
+    tried to allocate N bytes``; CUDA: ``torch.OutOfMemoryError ... Tried to allocate 1.5 GiB``) or a
+    ``MemoryError``: what was asked for, e.g. ``"149.0 GiB on the CPU"`` (``"memory"`` when the message does not
+    say); else None."""
+    text = str(exc)
+    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or (isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))):
+        return None
+    where = " on the GPU" if ("CUDA" in text or "GPU" in text) else " on the CPU"
+    if m := re.search(r"allocate (\d+) bytes", text):
+        return f"{int(m.group(1)) / 2**30:.1f} GiB{where}"
+    if m := re.search(r"[Tt]ried to allocate ([\d.]+ [KMGT]?i?B)", text):
+        return m.group(1) + where
+    return "memory" + where
+
+
+def cli_entry(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorate a command's ``main(argv=None) -> int``: a Ctrl-C anywhere in it that nothing inside handles
+    (importing torch, loading a checkpoint, evaluating) ends it with the one line ``<prog>: interrupted`` on
+    stderr and exit status 130, not a ``KeyboardInterrupt`` traceback."""
+    def decorate(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapper(*args: Any, **kwargs: Any) -> int:
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                try:
+                    print(f"{prog}: interrupted", file=sys.stderr)
+                except OSError:
+                    pass
+                return 130
+        return wrapper
+    return decorate
+
+
+def package_version() -> str:
+    """The installed her-robotics version (``importlib.metadata``; the top entry of ``CHANGELOG.md``), or
+    ``"unknown"`` where the package is not installed (run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("her-robotics")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """``--version``: print ``<prog> <version>`` and exit 0."""
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                        help="print the installed her-robotics version and exit")
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -41,7 +98,7 @@ def checkpoint_analysis(description: str, env_prefix: str, episodes: int,
         episodes: the default of ``--episodes``.
 
     Returns:
-        the parsed arguments, the checkpoint (:func:`her_agents.run.checkpoint.load_checkpoint`) and its agent
+        the parsed arguments, the checkpoint ([`her_agents.run.checkpoint.load_checkpoint`][]) and its agent
         (built uncompiled on the CPU, one torch thread).
 
     Exits (status 2, one error line) on a bad flag, a missing or unreadable checkpoint, or another task's run.

@@ -3,7 +3,8 @@
 Importing this package pulls in gymnasium and numpy only; gymnasium_robotics and MuJoCo load when an env
 that needs them is built.
 
-Modules by concern: ``spec`` (:class:`GoalEnvSpec`, validation and probing of an env), ``make`` (envs built by
+Modules by concern: ``spec`` ([`GoalEnvSpec`][her_envs.GoalEnvSpec], validation and probing of an env),
+``make`` (envs built by
 id), ``wrappers`` (actions in ``[-1, 1]``, copied observations, episode-start wrappers) and ``vector`` (vector
 envs, SAME_STEP autoreset, the sub-envs' RNG states). ``goal_env`` only re-exports them, for old imports.
 """
@@ -12,6 +13,7 @@ from . import goal_env as goal_env  # the old module path, still an attribute af
 from .make import FETCH_TASKS, goal_env_spec, make_env
 from .spec import GoalEnvSpec, ThresholdReward, ThresholdSuccess, check_rewards, spec_from_env
 from .vector import (
+    EnvWorkerDied,
     VectorStep,
     generator_from_state,
     make_vector_env,
@@ -36,6 +38,7 @@ __all__ = [
     "FETCH_TASKS",
     "BehaviourGoal",
     "CopyObservation",
+    "EnvWorkerDied",
     "EpisodeStartRNG",
     "GoalEnvSpec",
     "GraspedStart",

@@ -1,14 +1,23 @@
 """Compatibility module: the code that was here now lives in modules by concern.
 
-- :mod:`her_envs.spec`: :class:`GoalEnvSpec`, :func:`spec_from_env` (validation and probing), :func:`check_rewards`;
-- :mod:`her_envs.make`: :data:`FETCH_TASKS`, :func:`make_env`, :func:`goal_env_spec` (envs built by id);
-- :mod:`her_envs.wrappers`: :class:`NormalizeAction`, :class:`CopyObservation`, :func:`wrap_goal_env`, the action
-  mapping, :class:`EpisodeStartRNG`, :class:`GraspedStart`;
-- :mod:`her_envs.vector`: :func:`make_vector_env`, :func:`split_autoreset`, :func:`step_info` and the sub-envs'
+- ``her_envs.spec``: [`GoalEnvSpec`][her_envs.goal_env.GoalEnvSpec],
+  [`spec_from_env`][her_envs.goal_env.spec_from_env] (validation and probing),
+  [`check_rewards`][her_envs.goal_env.check_rewards];
+- ``her_envs.make``: [`FETCH_TASKS`][her_envs.FETCH_TASKS], [`make_env`][her_envs.goal_env.make_env],
+  [`goal_env_spec`][her_envs.goal_env.goal_env_spec] (envs built by id);
+- ``her_envs.wrappers``: [`NormalizeAction`][her_envs.goal_env.NormalizeAction],
+  [`CopyObservation`][her_envs.goal_env.CopyObservation], [`wrap_goal_env`][her_envs.goal_env.wrap_goal_env],
+  the action
+  mapping, [`EpisodeStartRNG`][her_envs.goal_env.EpisodeStartRNG],
+  [`GraspedStart`][her_envs.goal_env.GraspedStart];
+- ``her_envs.vector``: [`make_vector_env`][her_envs.goal_env.make_vector_env],
+  [`split_autoreset`][her_envs.goal_env.split_autoreset], [`step_info`][her_envs.goal_env.step_info] and the
+  sub-envs'
   RNG states.
 
 This module re-exports their public names, so ``from her_envs.goal_env import make_env`` and objects pickled
-under ``her_envs.goal_env`` (a :class:`ThresholdReward`, say) keep working. New code imports from ``her_envs``.
+under ``her_envs.goal_env`` (a [`ThresholdReward`][her_envs.goal_env.ThresholdReward], say) keep working. New
+code imports from ``her_envs``.
 """
 
 from .make import FETCH_TASKS, goal_env_spec, make_env
@@ -23,6 +32,7 @@ from .spec import (
     spec_from_env,
 )
 from .vector import (
+    EnvWorkerDied,
     VectorStep,
     generator_from_state,
     make_vector_env,
@@ -48,6 +58,7 @@ __all__ = [
     "GOAL_KEYS",
     "BehaviourGoal",
     "CopyObservation",
+    "EnvWorkerDied",
     "EpisodeStartRNG",
     "GoalEnvSpec",
     "GraspedStart",

@@ -1,10 +1,13 @@
-"""What HER needs to know about a goal env: :class:`GoalEnvSpec`, read and validated by :func:`spec_from_env`.
+"""What HER needs to know about a goal env: [`GoalEnvSpec`][her_envs.spec.GoalEnvSpec], read and validated by
+[`spec_from_env`][her_envs.spec.spec_from_env].
 
-A :class:`GoalEnvSpec` holds the sizes of the observation, goal and action vectors, and a *vectorized*
+A [`GoalEnvSpec`][her_envs.spec.GoalEnvSpec] holds the sizes of the observation, goal and action vectors, and
+a *vectorized*
 ``compute_reward`` / ``compute_success`` that the replay library calls once per batch for relabeled goals.
-:func:`spec_from_env` checks at set-up, on a small batch of probe goals, that the env's own functions are
+[`spec_from_env`][her_envs.spec.spec_from_env] checks at set-up, on a small batch of probe goals, that the
+env's own functions are
 vectorized, and finds the info entries ``compute_reward`` needs and the range of one step's reward;
-:func:`check_rewards` refuses env rewards outside that range during training.
+[`check_rewards`][her_envs.spec.check_rewards] refuses env rewards outside that range during training.
 """
 
 from __future__ import annotations
@@ -46,9 +49,12 @@ class GoalEnvSpec:
     recompute ``terminated`` for relabeled goals; ``None`` otherwise (Fetch: never terminates).
 
     ``action_low`` / ``action_high`` are the env's own Box bounds (float32 ``[action_dim]``, finite); the
-    agents and the replay use ``[-1, 1]``, mapped by :func:`to_env_action` / :func:`from_env_action`.
+    agents and the replay use ``[-1, 1]``, mapped by
+    [`to_env_action`][her_envs.spec.GoalEnvSpec.to_env_action] /
+    [`from_env_action`][her_envs.spec.GoalEnvSpec.from_env_action].
     ``reward_range``: ``(low, high)`` bounds of one step's reward (``-inf`` / ``inf`` for an unknown side), or
-    ``None`` when nothing is known; see :func:`spec_from_env` for where it comes from.
+    ``None`` when nothing is known; see [`spec_from_env`][her_envs.spec.spec_from_env] for where it comes
+    from.
     ``dt``: seconds of simulated time per env step (the env's own ``dt``, Fetch 0.04), ``None`` when it has none;
     the energy-based sampler (``her.EnergySampler``) needs it.
     """
@@ -69,11 +75,13 @@ class GoalEnvSpec:
     dt: float | None = None
 
     def to_env_action(self, action: np.ndarray) -> np.ndarray:
-        """Agent actions ``[..., action_dim]`` in ``[-1, 1]`` -> the env's units (see :func:`to_env_action`)."""
+        """Agent actions ``[..., action_dim]`` in ``[-1, 1]`` -> the env's units (see
+        [`to_env_action`][her_envs.spec.GoalEnvSpec.to_env_action])."""
         return to_env_action(action, self.action_low, self.action_high)
 
     def from_env_action(self, action: np.ndarray) -> np.ndarray:
-        """Actions in the env's units -> ``[-1, 1]`` (see :func:`from_env_action`)."""
+        """Actions in the env's units -> ``[-1, 1]`` (see
+        [`from_env_action`][her_envs.spec.GoalEnvSpec.from_env_action])."""
         return from_env_action(action, self.action_low, self.action_high)
 
 
@@ -240,13 +248,16 @@ def _compute_terminated(unwrapped: Any, ag: np.ndarray, dg: np.ndarray, info: di
 
 
 def spec_from_env(env: gym.Env, env_id: str | None = None) -> GoalEnvSpec:
-    """Validate an open goal env (not yet wrapped by :func:`wrap_goal_env`) and describe it.
+    """Validate an open goal env (not yet wrapped by [`wrap_goal_env`][her_envs.wrap_goal_env]) and describe
+    it.
 
     ``info_keys`` / ``info_shapes``: the numeric entries of a real step's info that ``compute_reward`` needs,
-    and each one's shape (any shape). ``reward_range`` (see :class:`GoalEnvSpec`): the env's ``reward_range``
+    and each one's shape (any shape). ``reward_range`` (see [`GoalEnvSpec`][her_envs.spec.GoalEnvSpec]): the
+    env's ``reward_range``
     attribute where it bounds a side; Fetch's; else, when ``compute_reward`` takes exactly two values on the
     probe goals and on achieved == desired (a sparse reward), those two; else ``None``. A probed range is a
-    guess from a few goals: :func:`check_rewards` refuses an env reward outside it during training.
+    guess from a few goals: [`check_rewards`][her_envs.spec.check_rewards] refuses an env reward outside it
+    during training.
 
     Raises:
         TypeError: HER cannot use the env (spaces, action bounds, a missing or non-vectorized reward).

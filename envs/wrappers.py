@@ -1,19 +1,26 @@
 """Wrappers of the goal envs the package builds, and the action mapping they use.
 
-Every env the package builds (:func:`her_envs.make_env`, so also the vector envs, evaluation and videos) is wrapped
-by :func:`wrap_goal_env` so that
+Every env the package builds ([`her_envs.make_env`][], so also the vector envs, evaluation and videos) is
+wrapped
+by [`wrap_goal_env`][her_envs.wrappers.wrap_goal_env] so that
 
-- observations are copied on receipt (:class:`CopyObservation`): an env that returns the same arrays every step
+- observations are copied on receipt ([`CopyObservation`][her_envs.wrappers.CopyObservation]): an env that
+  returns the same arrays every step
   and mutates them in place cannot change an observation already handed out (a stored last state, a
   ``final_obs``);
-- the agents act in ``[-1, 1]`` (:class:`NormalizeAction`): actions are mapped affinely to the env's own Box
-  bounds (:func:`to_env_action` / :func:`from_env_action`), so the replay holds one action space whatever the
+- the agents act in ``[-1, 1]`` ([`NormalizeAction`][her_envs.wrappers.NormalizeAction]): actions are mapped
+  affinely to the env's own Box
+  bounds ([`to_env_action`][her_envs.wrappers.to_env_action] /
+  [`from_env_action`][her_envs.wrappers.from_env_action]), so the replay holds one action space whatever the
   env's bounds. Unbounded action boxes are refused.
 
-The sub-envs of the training vector envs (:func:`her_envs.make_vector_env`) are also wrapped in
-:class:`EpisodeStartRNG` (the RNG state their current episode started from, for checkpoints) and, on request, in
-:class:`GraspedStart` (episodes that start with the object in the gripper), :class:`RareStateStart` (episodes
-that start from a rarely reached state the env visited before) and :class:`BehaviourGoal` (the training loop
+The sub-envs of the training vector envs ([`her_envs.make_vector_env`][]) are also wrapped in
+[`EpisodeStartRNG`][her_envs.wrappers.EpisodeStartRNG] (the RNG state their current episode started from, for
+checkpoints) and, on request, in
+[`GraspedStart`][her_envs.wrappers.GraspedStart] (episodes that start with the object in the gripper),
+[`RareStateStart`][her_envs.wrappers.RareStateStart] (episodes
+that start from a rarely reached state the env visited before) and
+[`BehaviourGoal`][her_envs.wrappers.BehaviourGoal] (the training loop
 replaces the goal of an episode that just began).
 """
 
@@ -49,7 +56,8 @@ def to_env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.n
 
 
 def from_env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The inverse of :func:`to_env_action`: actions in ``[low, high]`` -> float32 ``[-1, 1]`` (clipped)."""
+    """The inverse of [`to_env_action`][her_envs.wrappers.to_env_action]: actions in ``[low, high]`` ->
+    float32 ``[-1, 1]`` (clipped)."""
     a = np.asarray(action, np.float64)
     low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
     return np.clip(2.0 * (a - low) / (high - low) - 1.0, -1.0, 1.0).astype(np.float32)
@@ -98,8 +106,10 @@ def _check_action_box(space: Any, env_id: str) -> None:
 
 
 def wrap_goal_env(env: gym.Env) -> gym.Env:
-    """Wrap an env as the package uses it: observations copied on receipt (:class:`CopyObservation`) and
-    actions in ``[-1, 1]`` (:class:`NormalizeAction`; skipped where the bounds already are ``[-1, 1]``)."""
+    """Wrap an env as the package uses it: observations copied on receipt
+    ([`CopyObservation`][her_envs.wrappers.CopyObservation]) and
+    actions in ``[-1, 1]`` ([`NormalizeAction`][her_envs.wrappers.NormalizeAction]; skipped where the bounds
+    already are ``[-1, 1]``)."""
     box = env.action_space
     _check_action_box(box, _env_name(env))
     if not (np.all(box.low == -1.0) and np.all(box.high == 1.0)):
@@ -125,7 +135,7 @@ class EpisodeStartRNG(gym.Wrapper):
     An env whose RNG is set back to that state redoes the reset that began its current episode on its next
     ``reset()`` (same initial state and goal, and the same RNG state after it). Under SAME_STEP autoreset the
     reset of the next episode happens inside the step that ends an episode, so this is the state a checkpoint
-    taken between episodes saves for the training envs (:func:`vector_rng_states`).
+    taken between episodes saves for the training envs ([`vector_rng_states`][her_envs.vector_rng_states]).
     """
 
     episode_start_rng: dict[str, Any] | None = None
@@ -197,7 +207,7 @@ class RareStateStart(gym.Wrapper):
     Pitis et al. 2020), so that a rare state the task never asks for (an object knocked off the table) is not one
     to start from. No knowledge of the task is used beyond the goal spaces and a simulator whose state can be
     saved and restored; a box that went up by chance is then where later episodes start, where grasped starts
-    (:class:`GraspedStart`) put it by hand.
+    ([`GraspedStart`][her_envs.wrappers.GraspedStart]) put it by hand.
 
     Every step's simulator state (MuJoCo's integration state: time, qpos, qvel, actuator, control and mocap
     state) is kept in the cell of its achieved goal (``floor(achieved_goal / cell_size)`` per coordinate), up to
@@ -205,7 +215,8 @@ class RareStateStart(gym.Wrapper):
     counted. Each reset's desired goal marks its cell as in the support. After the env's own reset (its goal
     kept), with probability ``probability`` (drawn from the env's ``np_random``, so seeded runs repeat; none at 0),
     a support cell other than the start's is drawn with weight ``1 / sqrt(visits + 1)``, one of its states is restored and the observation is
-    read again. The archive (:attr:`rare_state_archive`, arrays only) goes into the training loop's checkpoints.
+    read again. The archive ([`rare_state_archive`][her_envs.wrappers.RareStateStart.rare_state_archive],
+    arrays only) goes into the training loop's checkpoints.
     Meant for training envs only; evaluate on the plain env.
 
     For gymnasium-robotics MuJoCo goal envs (``unwrapped.model``, ``unwrapped.data``, ``unwrapped._get_obs()``).

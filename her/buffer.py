@@ -1,7 +1,8 @@
 """The replay buffer: storage -> transitions (uniform | prioritized) -> goals (HER) -> returns (1-step | n-step).
 
-``HerReplayBuffer`` composes the four pieces (``EpisodeStorage``, a :class:`~her.samplers.Sampler`, a
-:class:`~her.relabel.Relabeler`, a :class:`~her.returns.Returns`), owns the ``EpisodeWriter`` that stages steps
+``HerReplayBuffer`` composes the four pieces (``EpisodeStorage``, a [`Sampler`][her.samplers.Sampler], a
+[`Relabeler`][her.relabel.Relabeler], a [`Returns`][her.returns.Returns]), owns the ``EpisodeWriter`` that
+stages steps
 into the storage, and returns ``Batch`` objects of numpy arrays.
 Every combination works; goal-free storages skip the relabeling and use the stored rewards. The buffer gathers
 each sampled transition's record once and hands it to the pieces. Semantics: ``docs/semantics.md``.
@@ -120,7 +121,7 @@ def check_compute_reward(compute_reward: RewardFn, goal_shape: tuple[int, ...], 
     """Refuse a reward function that does not take ``(achieved_goal, desired_goal, info)`` or is not vectorized
     over a batch of goals.
 
-    Its signature is read first (:func:`check_goal_fn_signature`). Then it is called with 7 goals of
+    Its signature is read first (``check_goal_fn_signature``). Then it is called with 7 goals of
     ``goal_shape`` (``info``: None or ``{key: [7, ...]}``). When that call raises, it is called once more with one
     unbatched goal: if that works the function is not vectorized and is refused; if that raises too the function
     cannot be probed yet (e.g. an env's ``compute_reward`` that reads state set by its first ``reset``), and the
@@ -180,9 +181,10 @@ def _refuse_non_finite(reward: np.ndarray, slots: np.ndarray) -> None:
 class HerReplayBuffer:
     """HER replay over an ``EpisodeStorage``: sample transitions, relabel goals, build (n-step) returns.
 
-    The three pieces can be passed as objects (any class with the methods of :class:`her.Sampler`,
-    :class:`her.Relabeler`, :class:`her.Returns`) or built from the shorthand arguments, resolved in one place
-    (:func:`resolve_pieces`): ``strategy`` / ``n_sampled_goal`` / ``other_desired_fraction`` ->
+    The three pieces can be passed as objects (any class with the methods of [`her.Sampler`][],
+    [`her.Relabeler`][], [`her.Returns`][]) or built from the shorthand arguments, resolved in one place
+    ([`resolve_pieces`][her.buffer.resolve_pieces]): ``strategy`` / ``n_sampled_goal`` /
+    ``other_desired_fraction`` ->
     ``relabeler``, ``n_step`` / ``gamma`` / ``stop_at_success`` / ``compute_success`` -> ``returns``.
 
     Args:
@@ -200,7 +202,8 @@ class HerReplayBuffer:
             attaches it to ``storage`` (``sampler.attach(storage)``).
         relabeler: which goals (goal storages); default ``make_relabeler(strategy, n_sampled_goal, ...)``.
         returns: which returns; default ``make_returns(n_step, gamma, stop_at_success, compute_success)``.
-        strategy: a :class:`~her.relabel.RelabelStrategy` or its value "future", "final", "episode", "mixed".
+        strategy: a [`RelabelStrategy`][her.relabel.RelabelStrategy] or its value "future", "final",
+            "episode", "mixed".
         n_sampled_goal: k; relabel probability k / (k + 1). 0 disables relabeling.
         other_desired_fraction: strategy "mixed": share of relabeled goals taken from stored desired goals.
         n_step: n >= 1. The return of transition t with goal g' is ``sum_{j<m} gamma^j r_{t+j}`` with
@@ -213,7 +216,8 @@ class HerReplayBuffer:
         seed: seed (an integer >= 0, or None) of the buffer's numpy Generator.
 
     Attributes:
-        writer: the ``EpisodeWriter`` behind :meth:`add` (``storage.n_envs`` envs).
+        writer: the ``EpisodeWriter`` behind [`add`][her.buffer.HerReplayBuffer.add] (``storage.n_envs``
+            envs).
 
     Raises:
         ValueError / TypeError: ``storage`` not an ``EpisodeStorage``, a bad ``seed``, inconsistent arguments, a
@@ -281,13 +285,9 @@ class HerReplayBuffer:
 
     @property
     def prioritized(self) -> bool:
-        """Whether the sampler is prioritized, i.e. whether :meth:`update_priorities` applies."""
+        """Whether the sampler is prioritized, i.e. whether
+        [`update_priorities`][her.buffer.HerReplayBuffer.update_priorities] applies."""
         return bool(getattr(self.sampler, "prioritized", False))
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if "writer" not in state:  # pickled when the storage staged the steps: those unfinished steps are dropped
-            self.writer = EpisodeWriter(self.storage)
 
     # -- writing (delegates)
     def add(
@@ -300,7 +300,8 @@ class HerReplayBuffer:
         truncated: np.ndarray,
         info: Mapping[str, np.ndarray] | None = None,
     ) -> list[tuple[int, int]]:
-        """One step of every env, through :attr:`writer` (:meth:`her.EpisodeWriter.add`: arguments ``[n_envs, ...]``,
+        """One step of every env, through ``writer`` ([`her.EpisodeWriter.add`][]: arguments ``[n_envs,
+        ...]``,
         errors); an env's episode is stored when it ends.
 
         Returns:
@@ -364,7 +365,8 @@ class HerReplayBuffer:
             td_error: float [B] or [B, 1] its TD errors (sign ignored).
         Raises:
             ValueError: the sampler is not prioritized (the priorities would be ignored: call this only when
-                :attr:`prioritized`), or bad arguments (see ``PrioritizedSampler.update_priorities``).
+                [`prioritized`][her.buffer.HerReplayBuffer.prioritized]), or bad arguments (see
+                ``PrioritizedSampler.update_priorities``).
             IndexError: a slot outside the storage.
         """
         if not self.prioritized:
@@ -432,8 +434,10 @@ def resolve_pieces(storage: EpisodeStorage, sampler: Sampler | None = None, rela
 
     Args:
         storage: the storage the pieces work on.
-        sampler, relabeler, returns: pieces given as objects (None: build from the shorthands). The sampler is
-            attached to ``storage`` here.
+        sampler: the sampler as an object (None: uniform, or prioritized from the shorthands); attached to
+            ``storage`` here.
+        relabeler: the relabeler as an object (None: build from the shorthands).
+        returns: the returns as an object (None: build from the shorthands).
         shorthands: ``strategy``, ``n_sampled_goal``, ``other_desired_fraction`` (relabeler) and ``n_step``,
             ``gamma``, ``stop_at_success``, ``compute_success`` (returns), as in ``HerReplayBuffer``.
     Returns:

@@ -38,20 +38,23 @@ class MinDensityGoals:
     """MEGA's behaviour goal (Pitis et al. 2020, Sec. 4.2, Eq. 4 and Alg. 1): the stored achieved goal of lowest
     density among those whose value clears a cutoff.
 
-    For each episode that starts (:meth:`select`): ``n_candidates`` achieved goals are drawn uniformly from the
+    For each episode that starts ([`select`][her.goals.MinDensityGoals.select]): ``n_candidates`` achieved
+    goals are drawn uniformly from the
     stored transitions' states; their density is a Gaussian kernel density estimate over ``n_fit`` other stored
     achieved goals, standardized by that sample's mean and standard deviation (kernel width ``bandwidth``); with a
-    ``value_fn``, candidates whose value from the episode's first observation is below :attr:`cutoff` are dropped
+    ``value_fn``, candidates whose value from the episode's first observation is below ``cutoff`` are dropped
     (MEGA's Q cutoff: goals the agent cannot reach yet are no use to practise), and the rarest of the rest is the
     behaviour goal (when none clears the cutoff, the candidate of highest value).
 
     With ``desired_support`` > 0, the candidates inside the support of the env's own desired goals (those
-    :meth:`observe_desired` was given) come first: a candidate within ``desired_support`` of one of them, both
+    [`observe_desired`][her.goals.MinDensityGoals.observe_desired] was given) come first: a candidate within
+    ``desired_support`` of one of them, both
     standardized by the desired goals' mean and standard deviation (a top-hat kernel, as OMEGA's desired-goal
     density in Pitis et al. 2020, Sec. 5); the rest only where no viable candidate is inside. Achieved goals
     the task never asks for (an object knocked off the table) are then not practised for being rare.
 
-    The cutoff adapts as MEGA's does (:meth:`record`): over the last ``window`` behaviour-goal episodes, a
+    The cutoff adapts as MEGA's does ([`record`][her.goals.MinDensityGoals.record]): over the last ``window``
+    behaviour-goal episodes, a
     success rate >= ``success_band[1]`` lowers it by 1 (reach further), <= ``success_band[0]`` raises it by 1,
     within ``[min_cutoff, initial_cutoff]``.
 
@@ -62,7 +65,7 @@ class MinDensityGoals:
         initial_cutoff: the cutoff to start from and its largest value (a value: with rewards -1 / 0, minus
             the expected steps to the goal, roughly; MEGA -3).
         min_cutoff: its smallest value (<= ``initial_cutoff``; MEGA ``-(1 - gamma^(0.8 T)) / (1 - gamma)``,
-            :meth:`min_cutoff_for`).
+            [`min_cutoff_for`][her.goals.MinDensityGoals.min_cutoff_for]).
         window: behaviour-goal episodes the success rate is taken over (>= 1; MEGA 10).
         success_band: ``(low, high)`` success rates, ``0 <= low <= high <= 1`` (MEGA ``(0.3, 0.7)``).
         desired_support: radius (>= 0; 0: off) of the desired-goal support, in standard deviations of the
@@ -123,7 +126,7 @@ class MinDensityGoals:
             storage: a goal storage (``goal_shape`` set); its stored transitions' achieved goals are the pool.
             observation: float ``[N, *observation_shape]``, the first observation of each episode.
             rng: the numpy Generator the candidates are drawn with.
-            value_fn: see :data:`ValueFn`; None: no cutoff (the rarest candidate).
+            value_fn: see [`ValueFn`][her.goals.ValueFn]; None: no cutoff (the rarest candidate).
 
         Returns:
             float32 ``[N, *goal_shape]``, or None while the storage holds no transition.
@@ -170,7 +173,7 @@ class MinDensityGoals:
         return chosen.reshape(n, *storage.goal_shape).astype(np.float32, copy=False)
 
     def record(self, success: np.ndarray) -> None:
-        """The outcomes (bool ``[K]``) of behaviour-goal episodes that ended; adapts :attr:`cutoff`."""
+        """The outcomes (bool ``[K]``) of behaviour-goal episodes that ended; adapts ``cutoff``."""
         for s in np.asarray(success, bool).reshape(-1):
             self._outcomes.append(float(s))
             if len(self._outcomes) < self.window:

@@ -4,11 +4,13 @@ Replay", Sec. 3.3 and 4.5). Semantics: ``docs/semantics.md``.
 For a transition ``t`` of an episode with ``T`` transitions and achieved goals ``ag_0..ag_T``, with
 probability ``k / (k + 1)`` (``k = n_sampled_goal``) the desired goal is replaced by:
 
-- ``future`` (:class:`FutureGoals`): ``ag_{t'}``, ``t'`` uniform in ``{t+1, ..., T}`` (the state right after the
+- ``future`` ([`FutureGoals`][her.relabel.FutureGoals]): ``ag_{t'}``, ``t'`` uniform in ``{t+1, ..., T}`` (the
+  state right after the
   transition counts);
-- ``final`` (:class:`FinalGoal`): ``ag_T``;
-- ``episode`` (:class:`EpisodeGoals`): ``ag_{t'}``, ``t'`` uniform in ``{1, ..., T}``;
-- ``mixed`` (:class:`MixedGoals`): a share ``other_desired_fraction`` (f) of the relabeled transitions gets the
+- ``final`` ([`FinalGoal`][her.relabel.FinalGoal]): ``ag_T``;
+- ``episode`` ([`EpisodeGoals`][her.relabel.EpisodeGoals]): ``ag_{t'}``, ``t'`` uniform in ``{1, ..., T}``;
+- ``mixed`` ([`MixedGoals`][her.relabel.MixedGoals]): a share ``other_desired_fraction`` (f) of the relabeled
+  transitions gets the
   desired goal of a stored state drawn uniformly over the live states (another episode's goal, or with
   probability about ``1 / n_episodes`` its own), the rest ``future``. With k = 4 and f = 0.5: 40% future, 40%
   other episodes' desired goals, 20% the real goal. This is the "futureactual" relabeling of Pitis et al.'s mrl
@@ -16,8 +18,10 @@ probability ``k / (k + 1)`` (``k = n_sampled_goal``) the desired goal is replace
   Multi-goal Reinforcement Learning", Sec. 5): desired goals teach the critic about the goals the task will ask
   for, not only those the policy happens to reach.
 
-:class:`NoRelabel` keeps every stored goal. Relabeling is done at sample time, so the same stored episode serves
-every strategy and ``k``. Any object with the :class:`Relabeler` method plugs into ``HerReplayBuffer``.
+[`NoRelabel`][her.relabel.NoRelabel] keeps every stored goal. Relabeling is done at sample time, so the same
+stored episode serves
+every strategy and ``k``. Any object with the [`Relabeler`][her.relabel.Relabeler] method plugs into
+``HerReplayBuffer``.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ class Relabeler(Protocol):
 
 class RelabelStrategy(StrEnum):
     """The built-in strategies by name, the one spelling of each (``HerReplayBuffer(strategy=...)``,
-    :func:`make_relabeler`, the training config's ``replay.strategy``). Members are their strings:
+    [`make_relabeler`][her.relabel.make_relabeler], the training config's ``replay.strategy``). Members are
+    their strings:
     ``RelabelStrategy.FUTURE == "future"``; ``list(RelabelStrategy)`` lists them all."""
 
     FUTURE = "future"
@@ -94,7 +99,7 @@ def _check_k(n_sampled_goal: object) -> int:
 
 class HindsightRelabeler:
     """Base of the achieved-goal strategies: relabel with probability ``k / (k + 1)``, the goal being the achieved
-    goal at the slot :meth:`goal_slots` picks.
+    goal at the slot [`goal_slots`][her.relabel.HindsightRelabeler.goal_slots] picks.
 
     Args:
         n_sampled_goal: k >= 0; the relabel probability is ``k / (k + 1)`` (k = 4 gives 0.8). k = 0 disables.
@@ -116,7 +121,8 @@ class HindsightRelabeler:
 
     def relabel(self, storage: EpisodeStorage, slots: np.ndarray, records: np.ndarray, rng: np.random.Generator,
                 next_slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """See :class:`Relabeler`; ``next_slots`` (``slots + 1``) may be passed if the caller has it."""
+        """See [`Relabeler`][her.relabel.Relabeler]; ``next_slots`` (``slots + 1``) may be passed if the
+        caller has it."""
         u = rng.random((2, len(slots)))
         relabeled = u[0] < self.relabel_probability
         nxt = slots + 1 if next_slots is None else next_slots
@@ -219,9 +225,10 @@ def make_relabeler(strategy: RelabelStrategy | str = RelabelStrategy.FUTURE, n_s
     """The built-in relabeler of a strategy: ``make_relabeler("future", 4)`` is ``FutureGoals(4)``.
 
     Args:
-        strategy: a :class:`RelabelStrategy`, or its value "future", "final", "episode" or "mixed".
+        strategy: a [`RelabelStrategy`][her.relabel.RelabelStrategy], or its value "future", "final",
+            "episode" or "mixed".
         n_sampled_goal: k >= 0.
-        other_desired_fraction: strategy "mixed" only (see :class:`MixedGoals`).
+        other_desired_fraction: strategy "mixed" only (see [`MixedGoals`][her.relabel.MixedGoals]).
 
     Raises:
         ValueError: unknown strategy, bad k or fraction.

@@ -1,18 +1,19 @@
 """Returns: which return each sampled transition is trained with, rewards recomputed for its (relabeled) goal.
 Semantics: ``docs/semantics.md``.
 
-- :class:`OneStepReturn`: ``r_t = compute_reward(ag_{t+1}, g', info_t)``, bootstrap from ``s_{t+1}`` with
+- [`OneStepReturn`][her.returns.OneStepReturn]: ``r_t = compute_reward(ag_{t+1}, g', info_t)``, bootstrap from
+  ``s_{t+1}`` with
   discount ``gamma``.
-- :class:`NStepReturn`: ``sum_{j<m} gamma^j r_{t+j}`` with ``g'`` fixed over the window,
+- [`NStepReturn`][her.returns.NStepReturn]: ``sum_{j<m} gamma^j r_{t+j}`` with ``g'`` fixed over the window,
   ``m = min(n, T - t, steps to the first termination)``, bootstrap from ``s_{t+m}`` with ``gamma^m`` (Peng &
   Williams 1996; Hessel et al. 2018, "Rainbow", Sec. 3); optionally the window ends where ``g'`` is first
   achieved (Yang et al. 2021, "Bias-reduced multi-step hindsight experience replay"). ``n = 1`` is exactly
-  :class:`OneStepReturn`.
+  [`OneStepReturn`][her.returns.OneStepReturn].
 - With ``compute_terminated`` (a goal env's own, see ``TerminatedFn``) every sampled transition's ``terminated``
   is recomputed for its goal too, ``d_t = compute_terminated(ag_{t+1}, g', info_t)``, and an n-step window ends
   at its first such step; without it the stored flags are used (the episode's real end).
 
-Any object with the :class:`Returns` method plugs into ``HerReplayBuffer``.
+Any object with the [`Returns`][her.returns.Returns] method plugs into ``HerReplayBuffer``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ the goal (a crash) must be readable from the stored ``info`` keys, as that API a
 
 
 class ReturnBatch(NamedTuple):
-    """What a :class:`Returns` builds for a batch of B transitions.
+    """What a [`Returns`][her.returns.Returns] builds for a batch of B transitions.
 
     Attributes:
         reward: float32 [B] the (n-step) return ``sum_{j<m} gamma^j r_{t+j}``.
@@ -80,7 +81,8 @@ class Returns(Protocol):
             goals: float32 [B, *g] the goals to train with (None for a goal-free storage: use stored rewards).
             compute_reward: vectorized ``compute_reward(achieved_goal [N, *g], desired_goal [N, *g], info)``.
 
-        A class that also takes ``compute_terminated=None`` (a :data:`TerminatedFn`; the built-in ones do) can
+        A class that also takes ``compute_terminated=None`` (a [`TerminatedFn`][her.returns.TerminatedFn]; the
+        built-in ones do) can
         be used with ``HerReplayBuffer(..., compute_terminated=...)``, which passes it by keyword.
         """
         ...
@@ -222,7 +224,8 @@ class NStepReturn:
 
 def make_returns(n_step: int = 1, gamma: float = 0.98, stop_at_success: bool = False,
                  compute_success: SuccessFn | None = None) -> OneStepReturn | NStepReturn:
-    """:class:`OneStepReturn` for ``n_step = 1`` without stop-at-success, else :class:`NStepReturn`.
+    """[`OneStepReturn`][her.returns.OneStepReturn] for ``n_step = 1`` without stop-at-success, else
+    [`NStepReturn`][her.returns.NStepReturn].
 
     Raises:
         ValueError: see the two classes.

@@ -3,7 +3,8 @@
 A sampler returns slots of stored transitions and their importance-sampling weights. ``UniformSampler`` draws
 uniformly over all stored transitions; ``PrioritizedSampler`` draws in proportion to priorities (Schaul et al.
 2016, "Prioritized Experience Replay", Sec. 3.3 and 3.4); ``EnergySampler`` draws whole episodes in proportion to
-the energy their achieved goal (an object's position) gained (Zhao & Tresp 2018). Any object with the :class:`Sampler` methods plugs
+the energy their achieved goal (an object's position) gained (Zhao & Tresp 2018). Any object with the
+[`Sampler`][her.samplers.Sampler] methods plugs
 into ``HerReplayBuffer``.
 
 The storage is an argument of every call (``sample(storage, batch_size, rng)``, ``on_added(storage, slots)``),
@@ -14,7 +15,7 @@ slot (priorities) is bound to one storage by ``attach(storage)``, which ``HerRep
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -75,9 +76,6 @@ class UniformSampler:
     """
 
     prioritized = False
-
-    def __setstate__(self, state: dict[str, Any]) -> None:  # samplers pickled when bound to a storage had one
-        self.__dict__.update({k: v for k, v in state.items() if k != "storage"})
 
     def attach(self, storage: EpisodeStorage) -> None:
         """Check ``storage`` (nothing is kept).
@@ -240,13 +238,6 @@ class PrioritizedSampler:
         self._abs_td: np.ndarray | None = None  # rank-based only: last |delta| per slot, sized by attach
         if storage is not None:
             self.attach(storage)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "storage" in state:  # pickled when the storage was a constructor argument: it is the attached one
-            state = {**state, "_storage": state["storage"]}
-            del state["storage"]
-            state.setdefault("branching", state["sum_tree"].branching)
-        self.__dict__.update(state)
 
     def attach(self, storage: EpisodeStorage) -> None:
         """Size the priorities to ``storage``'s slots and register as its listener (the transitions it already
@@ -484,10 +475,12 @@ class EnergySampler:
         clip_energy: per-step clip of the gained energy, > 0 (the paper's 0.5 for Fetch).
         eps: added to every episode's energy, > 0 (a random FetchPickAndPlace episode that touches the box gains
             about 0.2-1.5, one that does not about 2e-7).
-        kinetic_weight: weight of the kinetic term, >= 0 (the paper: 1; see :func:`trajectory_energy`).
+        kinetic_weight: weight of the kinetic term, >= 0 (the paper: 1; see
+            [`trajectory_energy`][her.samplers.trajectory_energy]).
         exponent: the priority is ``(energy + eps) ** exponent``, in (0, 10]; above 1 it sharpens the draw toward
             the episodes with the most energy (as prioritized replay's alpha, inverted: alpha < 1 flattens).
-        gravity, height_axis: as :func:`trajectory_energy`.
+        gravity: as in [`trajectory_energy`][her.samplers.trajectory_energy].
+        height_axis: as in [`trajectory_energy`][her.samplers.trajectory_energy].
         branching: tree branching factor (see ``her.trees``).
 
     Raises:

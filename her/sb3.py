@@ -280,16 +280,13 @@ class HerSB3ReplayBuffer(_SB3HerReplayBuffer):
     def __getstate__(self) -> dict[str, Any]:
         # The env and its bound compute_reward are not picklable in general: drop them, ``set_env`` restores.
         state = self.__dict__.copy()
-        state["env"] = None
+        del state["env"]  # SB3's __setstate__ sets it to None
         her_buf = self.her
         state["her"] = object.__new__(type(her_buf))
         state["her"].__dict__.update(her_buf.__dict__)
         if self._user_compute_reward is None:
             state["her"].compute_reward = None
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
     def truncate_last_trajectory(self) -> None:
         """Drop the unfinished episodes (after a load the envs restart)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from ._util import refuse_complex
 
-__all__ = ["EpisodeStorage", "StorageListener", "storage_from_env"]
+__all__ = ["STORAGE_FORMAT", "EpisodeStorage", "StorageListener", "migrate_storage_state", "storage_from_env"]
 
 
 class StorageListener(Protocol):
@@ -99,7 +99,7 @@ class EpisodeStorage:
     ``EpisodeWriter``).
     """
 
-    n_restores = 0  # times load_state_dict replaced the contents (class default: storages pickled before it)
+    n_restores = 0  # times load_state_dict replaced the contents
 
     def __init__(
         self,
@@ -166,20 +166,6 @@ class EpisodeStorage:
         self.action, self.reward = self.data["action"], self.data["reward"]
         self.terminated, self.step, self.episode_length = self.data["terminated"], self.data["step"], self.data["length"]
         self.info = {k: self.data["info." + k] for k in self.info_shapes}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # Storages pickled when they staged steps themselves hold a ``writer`` (or older, ``_stages``): the
-        # writer is now its own piece, and those unfinished steps are dropped, as a load drops them.
-        state = {k: v for k, v in state.items() if k not in ("writer", "_stages")}
-        self.__dict__.update(state)
-        if self.dtype != self._record_dtype():  # records pickled without the next-achieved-goal copy
-            old, self.dtype = self.data, self._record_dtype()
-            self.data = np.zeros(len(old), self.dtype)
-            for name in old.dtype.names:
-                self.data[name] = old[name]
-            if self.has_goals:
-                self.data["next_achieved_goal"] = np.roll(self.achieved_goal, -1, axis=0)
-            self._bind_fields()
 
     def __getattr__(self, name: str) -> Any:  # only reached for a missing attribute
         if name in _MOVED:
@@ -376,6 +362,7 @@ class EpisodeStorage:
                 (what ``save`` uses, to write without doubling the memory).
         """
         state: dict[str, Any] = {"field." + k: a.copy() if copy else a for k, a in self._arrays().items()}
+        state["format"] = np.asarray(STORAGE_FORMAT, np.int64)
         state["episodes"] = np.asarray(list(self._episodes), np.int64).reshape(-1, 2)
         state["scalars"] = np.asarray([self._head, self._n_live_states, self.n_transitions, self.n_episodes_added,
                                        self.n_slots], np.int64)
@@ -386,8 +373,10 @@ class EpisodeStorage:
         unfinished staged episodes at their next call (the envs restart).
 
         Raises:
-            ValueError: the state was saved from a storage of another size or layout.
+            ValueError: the state was saved from a storage of another size or layout, or in a format this version
+                does not read (``migrate_storage_state``).
         """
+        state = migrate_storage_state(state)
         head, live, n_tr, n_added, n_slots = (int(x) for x in state["scalars"])
         if n_slots != self.n_slots:
             raise ValueError(f"saved storage has {n_slots} slots, this one {self.n_slots}: use the same capacity")
@@ -398,8 +387,6 @@ class EpisodeStorage:
             raise ValueError(f"saved fields {extra} are not in this storage (another storage layout)")
         for k, a in arrays.items():
             saved = state.get("field." + k)
-            if saved is None and k == "next_achieved_goal":  # a state from before this field: derive it
-                saved = np.roll(state["field.achieved_goal"], -1, axis=0)
             if saved is None or saved.shape != a.shape:
                 got = None if saved is None else saved.shape
                 raise ValueError(f"{k}: saved shape {got}, expected {a.shape} (another storage layout)")
@@ -435,9 +422,62 @@ class EpisodeStorage:
             raise
 
     def load(self, path: str) -> None:
-        """Load a file written by ``save``."""
+        """Load a file written by ``save`` (of any format ``migrate_storage_state`` reads).
+
+        Raises:
+            ValueError: a file of another storage size or layout, or of an unknown format."""
         with np.load(path) as z:
             self.load_state_dict({k: z[k] for k in z.files})
+
+    # ------------------------------------------------------------------ append-only episode log
+    def episodes_after(self, n_added: int) -> dict[str, np.ndarray] | None:
+        """The episodes added after the first ``n_added`` (``n_episodes_added`` at some earlier moment), oldest
+        first, as ``add_episodes`` takes them: ``records`` (the storage's structured records of their
+        ``T + 1`` state slots each, concatenated), ``achieved_goal`` [sum(T + 1), *goal_shape] (goal storages)
+        and ``lengths`` int64 [episodes] (each ``T``). ``None`` when some of them were already evicted (more
+        than the storage holds were added since): only a full ``state_dict`` then describes the storage.
+
+        Raises:
+            ValueError: ``n_added`` is negative or above ``n_episodes_added``.
+        """
+        k = self.n_episodes_added - int(n_added)
+        if int(n_added) < 0 or k < 0:
+            raise ValueError(f"n_added must be in [0, {self.n_episodes_added}] (episodes added so far), got {n_added}")
+        if k > len(self._episodes):
+            return None
+        episodes = list(self._episodes)[len(self._episodes) - k:]
+        slots = (np.concatenate([(s + np.arange(T + 1)) % self.n_slots for s, T in episodes]) if episodes
+                 else np.zeros(0, np.int64))
+        out = {"records": self.data[slots], "lengths": np.asarray([T for _, T in episodes], np.int64).reshape(-1)}
+        if self.has_goals:
+            out["achieved_goal"] = self.achieved_goal[slots]
+        return out
+
+    def add_episodes(self, chunk: Mapping[str, np.ndarray]) -> None:
+        """Add again, in order, the episodes of ``episodes_after`` (of a storage of the same layout): a
+        storage that held the same episodes before them ends up equal to the one they came from (slots, eviction,
+        counters), and the listeners hear of each as of a new episode.
+
+        Raises:
+            ValueError: records of another layout, or lengths that do not add up to the records.
+        """
+        records, lengths = np.asarray(chunk["records"]), np.asarray(chunk["lengths"], np.int64).reshape(-1)
+        if records.dtype != self.dtype:
+            raise ValueError(f"episode records of another storage layout: fields {records.dtype.names}, this "
+                             f"storage has {self.dtype.names}")
+        if int((lengths + 1).sum()) != len(records) or (lengths < 1).any() or (lengths > self.capacity).any():
+            raise ValueError(f"episode lengths {lengths.tolist()[:8]} do not match {len(records)} records")
+        ag = np.asarray(chunk["achieved_goal"]) if self.has_goals else None
+        off = 0
+        for T in lengths.tolist():
+            r = records[off:off + T + 1]
+            data = {"observation": r["observation"], "action": r["action"][:T], "reward": r["reward"][:T]}
+            if self.has_goals:
+                data["achieved_goal"], data["desired_goal"] = ag[off:off + T + 1], r["desired_goal"]
+            for k in self.info_shapes:
+                data["info." + k] = r["info." + k][:T]
+            self._write(data, T, bool(r["episode_terminated"][0]))
+            off += T + 1
 
     @property
     def nbytes(self) -> int:
@@ -452,9 +492,32 @@ class EpisodeStorage:
         return arrays
 
 
+STORAGE_FORMAT = 1
+"""Format of ``EpisodeStorage.state_dict`` (its ``format`` entry): 1 since the entry exists. Format 0 (no
+entry) is what earlier versions saved, some without the ``next_achieved_goal`` field."""
+
+
+def migrate_storage_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A storage state of any format this version reads, in format ``STORAGE_FORMAT``: the one place that
+    knows the earlier formats.
+
+    Raises:
+        ValueError: a format this version does not know (one line naming it and the formats read).
+    """
+    state = dict(state)
+    found = int(np.asarray(state.pop("format", 0)))
+    if found not in (0, STORAGE_FORMAT):
+        raise ValueError(f"a replay storage of format {found}: this version of her reads formats 0 to "
+                         f"{STORAGE_FORMAT} (a newer version of her wrote it?)")
+    if found == 0 and "field.achieved_goal" in state and "field.next_achieved_goal" not in state:
+        # saved before the records kept a copy of the next state's achieved goal: derive it
+        state["field.next_achieved_goal"] = np.roll(state["field.achieved_goal"], -1, axis=0)
+    return state
+
+
 def check_is_storage(storage: object, name: str = "storage") -> None:
     """Raises:
-        TypeError: ``storage`` is not an :class:`EpisodeStorage`."""
+        TypeError: ``storage`` is not an [`EpisodeStorage`][her.storage.EpisodeStorage]."""
     if not isinstance(storage, EpisodeStorage):
         raise TypeError(f"{name} must be an her.EpisodeStorage (e.g. her.storage_from_env(env, capacity)), got "
                         f"{type(storage).__name__}")

@@ -61,8 +61,13 @@ calls check their arguments and change nothing, as TorchRL's uniform buffers ign
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import tempfile
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,8 +121,9 @@ class HerTorchRLReplayBuffer:
     """A TorchRL-style replay buffer backed by ``her.EpisodeStorage`` + ``her.HerReplayBuffer``.
 
     Duck-typed to TorchRL's ``TensorDictReplayBuffer`` / ``TensorDictPrioritizedReplayBuffer`` (``extend``,
-    ``add``, ``sample``, ``update_priority``, ``update_tensordict_priority``, ``len``, ``write_count``,
-    ``batch_size``, iteration, ``empty``, ``state_dict``): TorchRL's collectors accept it as ``replay_buffer=``.
+    ``add``, ``sample``, ``update_priority``, ``update_tensordict_priority``, ``len``, ``rb[index]``,
+    ``write_count``, ``batch_size``, iteration, ``empty``, ``state_dict``, ``dumps`` / ``loads``): TorchRL's
+    collectors accept it as ``replay_buffer=``.
     See the module docstring for the keys, shapes and semantics.
 
     Args:
@@ -131,17 +137,26 @@ class HerTorchRLReplayBuffer:
         n_step: n-step returns (see ``steps_to_next_obs`` / ``gamma`` in the module docstring).
         gamma: discount of the n-step return; give TorchRL's loss / value estimator the same.
         prioritized: proportional prioritized replay (``her.PrioritizedSampler``).
-        alpha, beta, eps: priority exponent, initial importance-sampling exponent, priority offset.
+        alpha: priority exponent.
+        beta: initial importance-sampling exponent.
+        eps: priority offset.
         beta_annealing_steps: ``sample`` calls over which beta rises linearly to 1 (0: constant).
         td_error_clip: optional upper clip of ``|td_error|`` before it becomes a priority.
         priority_key: key of the TD errors read by ``update_tensordict_priority`` (TorchRL's ``"td_error"``).
-        observation_key, achieved_goal_key, desired_goal_key, action_key: keys of the state entries (read at the
-            root and under ``"next"``) and of the action.
-        reward_key, done_key, terminated_key, truncated_key: keys under ``"next"``.
+        observation_key: key of the observation (read at the root and under ``"next"``).
+        achieved_goal_key: key of the achieved goal (read at the root and under ``"next"``).
+        desired_goal_key: key of the desired goal (read at the root and under ``"next"``).
+        action_key: key of the action.
+        reward_key: key of the reward, under ``"next"``.
+        done_key: key of the done flag, under ``"next"``.
+        terminated_key: key of the terminated flag, under ``"next"``.
+        truncated_key: key of the truncated flag, under ``"next"``.
         info_keys: ``{name: key}`` of per-step entries (under the root, e.g. ``("next", "is_success")``) stored and
             passed to ``compute_reward`` as ``info={name: [N, *shape]}``.
         max_episode_steps: the usual episode length (longer episodes still fit; sizes the storage's ring).
-        observation_shape, goal_shape, action_shape: shapes of one entry; default: taken from the first write.
+        observation_shape: shape of one observation; default: taken from the first write.
+        goal_shape: shape of one goal; default: taken from the first write.
+        action_shape: shape of one action; default: taken from the first write.
         device: device of the sampled TensorDicts.
         transform: optional callable applied to each sampled TensorDict (as ``ReplayBuffer(transform=...)``).
         seed: seed of the sampler's numpy Generator (None: random).
@@ -554,6 +569,111 @@ class HerTorchRLReplayBuffer:
                 "shapes": {"observation": st.observation_shape, "goal": st.goal_shape, "action": st.action_shape,
                            "info": dict(st.info_shapes)}}
 
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict`` into the directory ``path`` (created), as TorchRL's ``ReplayBuffer.dumps``:
+        ``buffer.npz`` (the arrays; the RNG state as JSON, so nothing is pickled) and ``meta.json`` (format,
+        write count, number of envs, shapes). Each file is written atomically (temp file, fsync, rename).
+
+        Raises:
+            OSError: ``path`` cannot be written (e.g. it is a file, a full disk).
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = self.state_dict()
+        meta = {"format": _DUMP_FORMAT, "write_count": state["write_count"], "n_envs": state.get("n_envs"),
+                "shapes": state.get("shapes")}
+        arrays = _flatten(state["her"]) if "her" in state else {}
+        _write_atomic(path / "buffer.npz", lambda f: np.savez_compressed(f, **arrays))
+        _write_atomic(path / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Load what ``dumps`` wrote into ``path`` (TorchRL's ``ReplayBuffer.loads``), without unpickling.
+
+        Raises:
+            FileNotFoundError: ``path`` holds no ``meta.json`` / ``buffer.npz`` of a dump.
+            ValueError: a damaged dump, one of an unknown format, or of a buffer of another capacity or layout
+                (one line naming the file).
+        """
+        path = Path(path)
+        for name in ("meta.json", "buffer.npz"):
+            if not (path / name).is_file():
+                raise FileNotFoundError(f"loads({str(path)!r}): no {name} there; expected a directory written by "
+                                        "HerTorchRLReplayBuffer.dumps")
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            with np.load(path / "buffer.npz", allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise ValueError(f"loads({str(path)!r}): the dump cannot be read ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:160]})") from None
+        if not isinstance(meta, dict) or meta.get("format") != _DUMP_FORMAT:
+            found = meta.get("format") if isinstance(meta, dict) else None
+            raise ValueError(f"loads({str(path)!r}): a dump of format {found!r}; this version reads format "
+                             f"{_DUMP_FORMAT}")
+        state: dict[str, Any] = {"write_count": meta["write_count"]}
+        if meta["shapes"] is not None:
+            state.update(her=_unflatten(arrays), n_envs=meta["n_envs"], shapes=meta["shapes"])
+        self.load_state_dict(state)
+
+    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray | torch.Tensor) -> TensorDictBase:
+        """The stored transitions at ``index`` (into the ``len(rb)`` transitions of the complete episodes, oldest
+        first; negative indices count from the end; slices, integer arrays and tensors), as stored: the
+        episode's own ``desired_goal`` and the env's reward, 1-step; no relabeling, no sampling RNG used (as
+        TorchRL's ``rb[i]`` reads its storage). Keys as ``sample``'s, without ``steps_to_next_obs``,
+        ``gamma``, ``priority_weight`` and ``relabeled``; an integer index gives batch size ``[]``.
+
+        Raises:
+            IndexError: an index outside ``[-len(rb), len(rb))``.
+            TypeError: an index of another kind.
+        """
+        if self.storage is None:
+            raise IndexError("rb[index]: nothing stored yet")
+        n = len(self)
+        single = isinstance(index, (int, np.integer))
+        if isinstance(index, slice):
+            pos = np.arange(n)[index]
+        elif isinstance(index, torch.Tensor) or isinstance(index, (int, np.integer, np.ndarray, list, tuple)):
+            pos = _numpy(index).reshape(-1)
+            if pos.dtype.kind not in "iu":
+                raise TypeError(f"rb[index]: expected integers, a slice or an integer tensor, got {pos.dtype}")
+            bad = pos[(pos < -n) | (pos >= n)]
+            if bad.size:
+                raise IndexError(f"rb[{int(bad[0])}]: index out of range for {n} stored transitions")
+            pos = pos % max(n, 1)
+        else:
+            raise TypeError(f"rb[index]: expected an int, a slice, integers or an integer tensor, got "
+                            f"{type(index).__name__}")
+        st = self.storage
+        slots = (np.concatenate([(s + np.arange(T)) % st.n_slots for s, T in st.episodes()]) if n
+                 else np.zeros(0, np.int64))[pos]
+        nxt = (slots + 1) % st.n_slots
+        B = len(slots)
+        rec = st.gather(slots)
+        term = rec["terminated"].astype(np.bool_)
+        done = rec["step"] == rec["length"] - 1
+        t = torch.from_numpy
+        k, nk = self.keys, self.next_keys
+        goal = t(np.ascontiguousarray(rec["desired_goal"]))
+        falses = np.zeros((B, 1), np.bool_)
+        flat = {
+            k["observation"]: t(np.ascontiguousarray(rec["observation"])),
+            k["achieved_goal"]: t(st.achieved_goal.take(slots, axis=0)), k["desired_goal"]: goal,
+            k["action"]: t(np.ascontiguousarray(rec["action"])),
+            ("next", *k["observation"]): t(st.observation.take(nxt, axis=0)),
+            ("next", *k["achieved_goal"]): t(st.achieved_goal.take(nxt, axis=0)),
+            ("next", *k["desired_goal"]): goal.clone(), nk["reward"]: t(rec["reward"].reshape(B, 1).copy()),
+            nk["done"]: t(done.reshape(B, 1)), nk["terminated"]: t(term.reshape(B, 1)),
+            nk["truncated"]: t((done & ~term).reshape(B, 1)),
+            nk["done"][1:]: t(falses), nk["terminated"][1:]: t(falses.copy()), nk["truncated"][1:]: t(falses.copy()),
+            ("index",): t(slots.astype(np.int64)),
+        }
+        flat.update({key: t(np.ascontiguousarray(rec["info." + name])) for name, key in self.info_keys.items()
+                     if ("info." + name) in rec.dtype.names})
+        if self.device.type != "cpu":
+            flat = {key: v.to(self.device) for key, v in flat.items()}
+        td = _nested_td(_nested(flat), torch.Size([B]), self.device)
+        return td[0] if single else td
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from ``state_dict()``.
 
@@ -570,6 +690,50 @@ class HerTorchRLReplayBuffer:
         self.n_envs = state["n_envs"]
         self._reset_staging()
         self.her.load_state_dict(state["her"])
+
+
+_DUMP_FORMAT = 1
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """A nested state as ``{"a/b": array}``; a numpy bit generator's state (128-bit integers) as JSON text."""
+    out: dict[str, np.ndarray] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping) and "bit_generator" in v:
+            out[f"{prefix}{k}:json"] = np.asarray(json.dumps(v))
+        elif isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}/") if v else {f"{prefix}{k}/": np.zeros(0)})
+        else:
+            out[f"{prefix}{k}"] = np.asarray(v)
+    return out
+
+
+def _unflatten(flat: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        node = out
+        *parents, leaf = k.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if leaf.endswith(":json"):
+            node[leaf[:-len(":json")]] = json.loads(str(v))
+        elif leaf:
+            node[leaf] = v.item() if v.ndim == 0 else v
+    return out
+
+
+def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _nested_td(source: dict[str, Any], batch_size: torch.Size, device: torch.device) -> TensorDict:

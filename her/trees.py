@@ -163,12 +163,6 @@ class SumTree(SegmentTree):
         # kernel accumulates over the inner dimension sequentially), so the sums never decrease along a row
         self._upper = np.triu(np.ones((self.branching, self.branching)))
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        if "_min" not in state:  # pickled by a version that kept min levels: recount on the next read
-            self.__dict__.pop("_min_levels", None)
-            self._min, self._min_count = None, 0
-
     def _changed(self) -> None:
         self._top_prefix = None
 

@@ -101,11 +101,6 @@ class EpisodeWriter:
         self._stages = [_EnvStage(storage) for _ in range(self.n_envs)]
         self._restores = storage.n_restores
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if "n_envs" not in state:  # a writer pickled when the storage owned it: one stage per storage env
-            self.n_envs = len(self._stages)
-
     def add(
         self,
         observation: Mapping[str, np.ndarray] | np.ndarray,

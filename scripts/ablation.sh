@@ -2,7 +2,7 @@
 # Same-budget, same-seed comparisons on FetchPush-v4 (issues "Prioritized replay" and "n-step returns").
 #   scripts/ablation.sh [STEPS] [OUT_DIR] [VARIANT ...]
 # Variants: uniform (DDPG + HER, n = 1), per (prioritized), n3 (3-step), n3stop (3-step, window ends at success).
-# Each run: her-train fetch_push_ddpg on the recipe of the time of docs/results.md's table (BASE below: `future`
+# Each run: her-train fetch_push_ddpg on the recipe of the time of docs/experiments/push.md's ablation table (BASE below: `future`
 # relabeling, 1-step returns, 0.4 updates/env step, uniform replay, no LayerNorm, fp32, not compiled) with the
 # variant's overrides, seeds 0 1 2, W&B disabled. Several copies of the script can run side by side (one per core):
 # each run is claimed with an atomic mkdir.

@@ -34,4 +34,11 @@ printed=$("$tmp/venv/bin/her-train" fetch_reach_ddpg --print-config train.seed=3
   train.learning_starts=50 train.eval_episodes=2 env.eval_envs=2 log.progress=false log.run_dir=run >"$tmp/run.log" 2>&1 \
   || { cat "$tmp/run.log"; exit 1; }
 grep -q "final eval success rate" "$tmp/run.log" && test -f run/checkpoint.pt && test -f run/metrics.csv
+# The shipped policies come with the wheel and run without a run directory (her-eval pretrained:NAME).
+listed=$("$tmp/venv/bin/her-eval" --list-pretrained)
+[ -n "$listed" ] || { echo "check_wheel: her-eval --list-pretrained lists no shipped policy"; exit 1; }
+for name in $listed; do
+  out=$("$tmp/venv/bin/her-eval" "pretrained:$name" --episodes 2) || { echo "check_wheel: her-eval pretrained:$name failed"; exit 1; }
+  grep -q "success rate" <<<"$out" || { echo "check_wheel: her-eval pretrained:$name printed [$out]"; exit 1; }
+done
 echo "check_wheel: the wheel's her-train works from another directory (${repo##*/} -> $tmp/elsewhere)"

@@ -3,7 +3,7 @@
 For each exploration scheme, runs episodes of the env with only the exploration's actions and counts the
 episodes in which the gripper came within 5 cm of the block at some step and those that ended with the block
 moved by more than 2 cm. This is what the critic can learn its first pushes from before the actor knows
-anything (docs/results.md, "Why TD3 and DDPG lag SAC").
+anything (docs/experiments/push.md, "Why TD3 and DDPG lagged SAC").
 
     python scripts/exploration_reach.py --episodes 200 recipe noise05 sac ou per_episode
 """

@@ -1,4 +1,4 @@
-"""Print a per-seed results table (docs/results.md): eval success of each results/GLOB run (default push_default_s*) at every evaluation.
+"""Print a per-seed results table (docs/experiments/*.md): eval success of each results/GLOB run (default push_default_s*) at every evaluation.
 
     python scripts/push_readme_tables.py 'pnp_sac_grasp_s?'
 """

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from her_agents.run.checkpoint import load_checkpoint
+from her_agents.run.checkpoint import load_checkpoint, read_replay
 
 __all__ = ["differences", "run_differences"]
 
@@ -50,14 +50,16 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def run_differences(a: Path, b: Path, replay_files: tuple[str, ...] = ("replay.npz",)) -> list[str]:
+def run_differences(a: Path, b: Path, replay_files: tuple[str, ...] = ("replay",)) -> list[str]:
     """Every difference between the runs in ``a`` and ``b``: their last ``checkpoint.pt`` (config, W&B id and
-    clocks aside), the given replay files and the ``metrics.csv`` rows (clocks aside)."""
+    clocks aside), the given replays (their storage as saved, :func:`her_agents.run.checkpoint.read_replay`) and
+    the ``metrics.csv`` rows (clocks aside)."""
     ca, cb = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
-    out = differences(ca, cb, "checkpoint", skip=("config", "wandb_id", *TIMING_KEYS))
+    # where the replay files stand (base, log bytes) depends on when the run was resumed; what they hold does not
+    out = differences(ca, cb, "checkpoint", skip=("config", "wandb_id", "replay_files", *TIMING_KEYS))
     for name in replay_files:
-        with np.load(a / name, allow_pickle=True) as za, np.load(b / name, allow_pickle=True) as zb:
-            out += differences({k: za[k] for k in za.files}, {k: zb[k] for k in zb.files}, name)
+        name = name.removesuffix(".npz")
+        out += differences(read_replay(a, name), read_replay(b, name), name)
     ra, rb = _rows(a), _rows(b)
     out += differences([{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in ra],
                        [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rb], "metrics.csv")

@@ -487,6 +487,22 @@ def test_tqc_actor_maximizes_the_mean_of_all_atoms_and_options_are_checked():
     with pytest.raises(ValueError, match="n_quantiles must be >= 1"):
         make_agent("tqc", OBS, GOAL, ACT, n_quantiles=0)
 
+
+@pytest.mark.parametrize("compile_", [False, True])
+def test_tqc_with_one_quantile_per_critic_updates(compile_):
+    """``n_quantiles=1`` (documented as valid): each critic's one atom keeps its quantile axis, and the update runs
+    (it was an AssertionError at the first update)."""
+    agent = make_agent("tqc", OBS, GOAL, ACT, n_quantiles=1, top_quantiles_to_drop_per_net=0, compile=compile_,
+                       **SMALL)
+    state, action = torch.randn(4, OBS + GOAL), torch.rand(4, ACT) * 2 - 1
+    assert agent.critic(state, action).shape == (2, 4, 1)
+    batch = make_batch(16)
+    agent.update_normalizer(batch.observation, batch.desired_goal)
+    for _ in range(2):
+        m = agent.update(batch)
+    assert all(math.isfinite(float(v)) for k, v in m.items() if k != "td_error")
+    assert m["td_error"].shape == (16,)
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 @pytest.mark.parametrize("algo", ALGOS)
 def test_state_dict_round_trip(algo):

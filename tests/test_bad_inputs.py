@@ -162,6 +162,39 @@ def test_replay_too_large_for_memory_is_one_line(tmp_path, capsys, monkeypatch):
     assert "out of memory (Unable to allocate 89.1 TiB" in line and "lower replay.capacity (now 3000)" in line, line
 
 
+def test_networks_too_large_for_memory_are_one_line_naming_agent_hidden(tmp_path, capsys):
+    """A real allocation: two 200000-unit layers ask torch's CPU allocator for 149 GiB at once (it was an
+    allocator traceback)."""
+    code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}", *TINY,
+                              "agent.hidden=[200000,200000]"])
+    assert code == 2
+    assert _one_error_line(err) == ("her-train: error: agent.hidden=[200000, 200000]: the networks do not fit in "
+                                    "memory (torch asked for 149.0 GiB on the CPU at once for one layer): use "
+                                    "smaller layers")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("exc, asked", [
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                  "tried to allocate 17179869184 bytes. Error code 12 (Cannot allocate memory)"), "16.0 GiB on the CPU"),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.1 GiB"),
+     "20.00 GiB on the GPU"),
+])
+def test_out_of_memory_in_the_updates_is_one_line_naming_batch_size_and_hidden(tmp_path, capsys, monkeypatch, exc,
+                                                                                asked):
+    import her_agents.loop.train
+
+    def no_memory(*args, **kwargs):  # a batch too large for the device, at the first update
+        raise exc
+
+    monkeypatch.setattr(her_agents.loop.train, "learn_step", no_memory)
+    code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=200", f"log.run_dir={tmp_path / 'run'}",
+                              *TINY])
+    assert code == 2
+    assert _one_error_line(err) == (f"her-train: error: out of memory: torch asked for {asked}; lower "
+                                    "train.batch_size (now 16) or agent.hidden (now [16])")
+
+
 @pytest.mark.parametrize("args, expect", [
     (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
     (["--device", "cuda"], "--device must be a device this machine has (auto or cpu: CUDA is not available), got 'cuda'"),
@@ -339,7 +372,7 @@ def test_resume_accepts_steps_logging_and_eval_overrides(finished_run, tmp_path,
     assert state["config"]["train"]["eval_every"] == 50
 
 
-@pytest.mark.parametrize("victim", ["checkpoint.pt", "replay.npz"])
+@pytest.mark.parametrize("victim", ["checkpoint.pt", "replay.npz", "replay-100.log"])
 def test_resume_with_a_truncated_file_is_one_line(finished_run, tmp_path, capsys, victim):
     run_dir = _copy(finished_run, tmp_path)
     data = (run_dir / victim).read_bytes()
@@ -347,7 +380,7 @@ def test_resume_with_a_truncated_file_is_one_line(finished_run, tmp_path, capsys
     code, err = _run(capsys, ["--resume", str(run_dir), "train.total_env_steps=200"])
     assert code == 2
     line = _one_error_line(err)
-    kind = "checkpoint" if victim == "checkpoint.pt" else "replay"
+    kind = {"checkpoint.pt": "checkpoint", "replay.npz": "replay", "replay-100.log": "replay log"}[victim]
     assert f"{kind} {run_dir / victim} cannot be read" in line and "truncated or corrupt" in line, line
 
 

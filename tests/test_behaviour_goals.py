@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import her
+from her_agents.run.checkpoint import read_replay
 from her_agents.algos.registry import make_agent
 from her_agents.config import load_config
 from her_agents.loop.train import train
@@ -175,11 +176,11 @@ def _small_cfg(run_dir: Path, *extra: str):
 
 def test_training_episodes_pursue_stored_achieved_goals_and_the_chooser_is_checkpointed(tmp_path):
     train(_small_cfg(tmp_path / "run", "env.behaviour_goals=1.0", "env.behaviour_goal_support=0.2"))
-    with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:
-        n = int(z["storage/scalars"][2])
-        step = z["storage/field.step"][:n]
-        desired = z["storage/field.desired_goal"][:n][step == 0]
-        achieved = z["storage/field.achieved_goal"][:n]
+    z = read_replay(tmp_path / "run")  # the storage as saved: base and episode log
+    n = int(z["storage/scalars"][2])
+    step = z["storage/field.step"][:n]
+    desired = z["storage/field.desired_goal"][:n][step == 0]
+    achieved = z["storage/field.achieved_goal"][:n]
     # the first two episodes (one per env) began with an empty replay: the env's goals; every later one pursues
     # an achieved goal already stored
     assert len(desired) == 8
@@ -206,3 +207,4 @@ def test_training_episodes_pursue_stored_achieved_goals_and_the_chooser_is_check
 def test_bad_behaviour_goal_settings_are_one_line(overrides, match):
     with pytest.raises(ValueError, match=match):
         load_config("fetch_pick_and_place_sac", overrides)
+

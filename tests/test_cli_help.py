@@ -1,4 +1,4 @@
-"""Every option of ``her-train``, ``her-eval`` and ``her-plot`` shows in ``--help`` with a help text, and so
+"""Every option of ``her-train``, ``her-eval``, ``her-plot``, ``her-export`` and ``her-tune`` shows in ``--help`` with a help text, and so
 does its default where it has one (flags excepted: their default is to be off)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import pytest
 
 from her_agents.cli import eval_parser, train_parser
 from her_agents.plot import build_parser as plot_parser
+from her_agents.run.export import export_parser
+from her_agents.tune import parser as tune_parser
 
 # How each command is run: the console scripts call these functions.
 COMMANDS = {
@@ -18,6 +20,10 @@ COMMANDS = {
     "her-eval": (eval_parser, [sys.executable, "-c",
                                "import sys; from her_agents.cli import eval_main; sys.exit(eval_main(['--help']))"]),
     "her-plot": (plot_parser, [sys.executable, "-m", "her_agents.plot", "--help"]),
+    "her-export": (export_parser, [sys.executable, "-c",
+                                   "import sys; from her_agents.run.export import main; sys.exit(main(['--help']))"]),
+    "her-tune": (tune_parser, [sys.executable, "-c",
+                               "import sys; from her_agents.tune import main; sys.exit(main(['--help']))"]),
 }
 
 
@@ -59,3 +65,17 @@ def test_her_plot_help_lists_label_and_output_file():
     options = {opt for a in parser._actions for opt in a.option_strings}
     assert {"--label", "--out", "--metric", "--title", "--table"} <= options
     assert "learning_curves.png" in parser.format_help()
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_version_is_the_changelogs_top_release_and_pyprojects(command):
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    top = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (root / "CHANGELOG.md").read_text(), re.M).group(1)
+    assert re.search(r'^version = "(.*)"$', (root / "pyproject.toml").read_text(), re.M).group(1) == top
+    argv = [part.replace("--help", "--version") for part in COMMANDS[command][1]]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{command} {top}", proc.stdout

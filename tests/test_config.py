@@ -133,6 +133,38 @@ def test_bad_value_is_refused_naming_the_key(override, expect):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("override, expect", [
+    ("log.wandb.project=a/b", "log.wandb.project: W&B project names have 1 to 128 characters, none of / \\ # ? % :; "
+                              "got 'a/b', which holds /"),
+    ("log.wandb.project=what?", "log.wandb.project: W&B project names"),
+    ("log.wandb.project=" + "p" * 129, "log.wandb.project: W&B project names have 1 to 128 characters, none of / \\ "
+                                       "# ? % :; got 129 characters"),
+    ("log.wandb.project=''", "log.wandb.project: W&B project names have 1 to 128 characters"),
+    ("log.wandb.tags=[ok," + "t" * 65 + "]", "log.wandb.tags[1]: W&B tags have 1 to 64 characters, got 65"),
+    ("log.wandb.tags=['']", "log.wandb.tags[0]: W&B tags have 1 to 64 characters, got 0"),
+    ("log.wandb.group=' '", "log.wandb.group: expected a non-empty name or null"),
+])
+def test_names_wandb_would_refuse_after_its_retries_are_refused_at_config_time(override, expect):
+    """W&B checks project names and tags only inside ``wandb.init``, after two minutes of retries, and the run
+    then goes on without W&B: the config refuses them before the run starts."""
+    with pytest.raises(ValueError) as info:
+        load_config("fetch_reach_ddpg", [override])
+    assert expect in str(info.value) and "\n" not in str(info.value)
+    load_config("fetch_reach_ddpg", ["log.wandb.project=my-project_2", "log.wandb.tags=[" + "t" * 64 + "]"])
+
+
+def test_wandb_rules_are_wandbs_own():
+    """The forbidden characters are the ones W&B's own settings check refuses."""
+    from wandb.sdk.wandb_settings import Settings
+
+    from her_agents.config import _WANDB_PROJECT_FORBIDDEN
+
+    for ch in _WANDB_PROJECT_FORBIDDEN:
+        with pytest.raises(Exception, match="Invalid project name"):
+            Settings(project=f"a{ch}b")
+    Settings(project="a-b_c.d")
+
+
 def test_sac_options_are_checked_by_sacs_dataclass():
     with pytest.raises(ValueError, match=r"agent.alpha must be > 0, got 0.0"):
         load_config("fetch_reach_ddpg", ["algo=sac", "agent.alpha=0"])
@@ -240,6 +272,74 @@ def test_defaults_take_a_name_or_a_list_and_refuse_other_values_and_cycles(tmp_p
     b.write_text(f"defaults: [{a}]\n")
     with pytest.raises(ValueError, match=r"defaults form a cycle: .*a.yaml -> .*b.yaml -> .*a.yaml$"):
         load_config(str(a))
+
+
+def test_defaults_are_looked_up_beside_the_yaml_file_not_in_the_current_directory(tmp_path, monkeypatch):
+    """``defaults: base.yaml`` in ``sub/child.yaml`` means ``sub/base.yaml``, from any current directory; a
+    ``base.yaml`` in the current directory is not it. Shipped config names still resolve."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "child.yaml").write_text("defaults: [fetch_reach_ddpg, base.yaml, base2]\ntrain:\n  seed: 3\n")
+    (tmp_path / "sub" / "base.yaml").write_text("train:\n  total_env_steps: 777\n")
+    (tmp_path / "sub" / "base2.yaml").write_text("train:\n  batch_size: 17\n")
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "base.yaml").write_text("train:\n  total_env_steps: 111\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    cfg = load_config(str(tmp_path / "sub" / "child.yaml"))
+    assert (cfg.train.total_env_steps, cfg.train.batch_size, cfg.train.seed) == (777, 17, 3)
+    monkeypatch.chdir(tmp_path)
+    assert load_config("sub/child.yaml").train.total_env_steps == 777
+    (tmp_path / "sub" / "orphan.yaml").write_text("defaults: nothere.yaml\n")
+    with pytest.raises(FileNotFoundError, match=r"^config sub/orphan.yaml: defaults entry 'nothere.yaml' is neither "
+                       r"a file beside it \(sub/nothere.yaml\) nor one of the shipped configs: \["):
+        load_config("sub/orphan.yaml")
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("train:\n  seed: ${oops}\n", "train.seed: expected a plain value, got the OmegaConf interpolation '${oops}'"),
+    ("env:\n  id: ${oc.env:HOME}\n", "env.id: expected a plain value, got the OmegaConf interpolation"),
+    ("train:\n  seed: ???\n", "train.seed: expected a value, got OmegaConf's missing-value marker '???'"),
+    ("agent:\n  hidden: [1, '${x}']\n", "agent.hidden[1]: expected a plain value, got '${x}'"),
+    ("train:\n  seed: [1\n", "expected a YAML mapping of settings (key: value), got text that does not parse"),
+    (b"\x7fELF\x02\x01\x01\x00\xd0\xff", "expected a YAML text file (UTF-8), got a binary file (byte 0xd0 at "
+                                             "offset 8)"),
+    (b"train:\n  seed: 1\x00\n", "expected a YAML text file, got a binary file (a NUL byte at offset 16)"),
+])
+def test_config_text_yaml_or_omegaconf_cannot_take_is_one_line_naming_file_and_key(tmp_path, text, expect):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError) as info:
+        load_config(str(path))
+    assert str(info.value).startswith(f"config {path}: ") and expect in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("override, expect", [
+    ("a..b=1", "override 'a..b=1': the key 'a..b' has an empty part between its dots; expected section.key=value"),
+    ("train.=3", "override 'train.=3': the key 'train.' has an empty part between its dots"),
+    (".train=3", "override '.train=3': the key '.train' has an empty part between its dots"),
+    ("=1", "override '=1' is not of the form key=value"),
+    ("train.seed=${oops}", "train.seed: expected a plain value, got '${oops}' (OmegaConf interpolations and '???' "
+                           "are not supported in overrides"),
+    ("train.seed=???", "train.seed: expected a plain value, got '???'"),
+    ("log.run_dir=$HER_SURELY_UNSET/x", "log.run_dir: expected a directory path, got '$HER_SURELY_UNSET/x', whose $ "
+                                        "names an unset environment variable"),
+])
+def test_malformed_overrides_are_one_line_naming_the_key(override, expect):
+    with pytest.raises(ValueError) as info:
+        load_config("fetch_reach_ddpg", [override])
+    assert expect in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_paths_a_shell_would_expand_are_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HER_CFG_DIR", str(tmp_path))
+    (tmp_path / "x.yaml").write_text("train:\n  seed: 5\n")
+    assert load_config("~/x.yaml").train.seed == 5
+    assert load_config("$HER_CFG_DIR/x.yaml").train.seed == 5
+    assert load_config("fetch_reach_ddpg", ["log.run_dir=~/runs/a"]).log.run_dir == f"{tmp_path}/runs/a"
+    with pytest.raises(FileNotFoundError, match=rf"^config '~/y.yaml' is neither a file \(it expands to "
+                       rf"{re.escape(str(tmp_path))}/y.yaml\) nor one of the shipped configs"):
+        load_config("~/y.yaml")
 
 
 @pytest.mark.parametrize("override, expect", [

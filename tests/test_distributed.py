@@ -85,6 +85,7 @@ def test_data_parallel_resume_restores_each_ranks_own_state(tmp_path, capsys):
     assert mid["ranks"][0]["agent_rng"] != mid["ranks"][1]["agent_rng"]  # each rank's own state, not rank 0's
     assert mid["ranks"][0]["envs"] != mid["ranks"][1]["envs"]
     assert (resumed / "replay.npz").exists() and (resumed / "replay-rank1.npz").exists()
+    assert (resumed / "replay-100.log").exists() and (resumed / "replay-rank1-100.log").exists()
 
     proc = _torchrun(2, [], resumed, tmp_path / "dump_resumed", resume=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -168,6 +169,31 @@ def test_world_size_without_master_addr_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("MASTER_PORT", raising=False)
     with pytest.raises(RuntimeError, match=r"MASTER_ADDR.*torchrun"):
         init_distributed()
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"WORLD_SIZE": "2"}, "her-train: error: WORLD_SIZE=2 but the rendezvous variable(s) ['RANK', 'MASTER_ADDR', "
+                          "'MASTER_PORT'] are not set. Launch with torchrun"),
+    ({"WORLD_SIZE": "two"}, "her-train: error: the environment variable WORLD_SIZE must be a whole number (torchrun "
+                            "sets it), got 'two': unset it for a single process"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"},
+     "her-train: error: rank 0: dist.backend=nccl needs a CUDA GPU per process on each node and a torch built with "
+     "NCCL ("),
+])
+def test_launch_mistakes_are_one_line_from_her_train(monkeypatch, capsys, tmp_path, env, expected):
+    """WORLD_SIZE without torchrun, a malformed one, nccl on a machine without CUDA (it was a RuntimeError
+    traceback, an ``AttributeError: _cuda_setDevice`` on every rank)."""
+    import torch
+
+    for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine, GPU or not, has none
+    code = train_main(["fetch_reach_ddpg", "dist.backend=nccl", f"log.run_dir={tmp_path / 'run'}", *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(expected), err
+    assert not (tmp_path / "run").exists()
 
 
 def test_process_group_that_cannot_form_times_out_with_a_clear_error():

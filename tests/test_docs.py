@@ -7,7 +7,9 @@
   accepted by ``her-train ... --print-config``: its config name and keys exist and its values pass the checks.
 - The generated config reference (``docs/config.md``) matches the config dataclasses
   (``scripts/gen_config_reference.py``).
-- ``mkdocs.yml``'s nav lists exactly the pages in ``docs/``; repository files the pages name exist.
+- ``mkdocs.yml``'s nav lists exactly the pages in ``docs/`` (sub-folders included); repository files the pages name
+  exist; every page is reachable from the README (linked there, or from a page it links).
+- The packages' docstrings use mkdocstrings cross-references, not Sphinx roles (which render as raw text).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 #: imports a block may need that the test extra does not install -> the package to skip without
 OPTIONAL = {"stable_baselines3": "stable_baselines3", "torchrl": "torchrl", "tensordict": "tensordict",
             "her.sb3": "stable_baselines3", "her.torchrl": "torchrl"}
@@ -64,11 +66,22 @@ def rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-PYTHON = [(page, line, code) for page in PAGES for line, lang, code in blocks(page) if lang == "python"]
+#: ``--8<-- "path"``: a repository file included by pymdownx.snippets (the examples, the changelog)
+_SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"([^"]+)"\s*$', re.M)
+
+
+def _is_snippet(code: str) -> bool:
+    """A block that only includes files: what it runs is tested where the file is (``tests/test_examples.py``)."""
+    return all(_SNIPPET.fullmatch(line) for line in code.strip().splitlines())
+
+
+PYTHON = [(page, line, code) for page in PAGES for line, lang, code in blocks(page)
+          if lang == "python" and not _is_snippet(code)]
 
 
 def her_train_lines() -> list[tuple[str, list[str]]]:
-    """``(where, argv)`` of each ``her-train`` command line in the pages' bash blocks (``--resume`` excluded)."""
+    """``(where, argv)`` of each ``her-train`` command line in the pages' bash blocks (``--resume`` and
+    ``--version`` excluded)."""
     out = []
     for page in PAGES:
         for start, lang, code in blocks(page):
@@ -82,7 +95,7 @@ def her_train_lines() -> list[tuple[str, list[str]]]:
                     argv = words[words.index("her_agents.cli") + 1:]
                 else:
                     continue
-                if "--resume" not in argv:
+                if "--resume" not in argv and "--version" not in argv:
                     out.append((f"{rel(page)}:{start + offset}", argv))
     return out
 
@@ -159,14 +172,49 @@ def test_mkdocs_nav_lists_every_page():
             yield from entries(value) if isinstance(value, list) else [value]
 
     nav = list(entries(config["nav"]))
-    assert sorted(nav) == sorted(p.name for p in DOCS.glob("*.md")), (
-        "mkdocs.yml's nav must list every docs/*.md page once (mkdocs build --strict refuses a missing file)")
+    assert sorted(nav) == sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")), (
+        "mkdocs.yml's nav must list every docs/**/*.md page once (mkdocs build --strict refuses a missing file)")
+
+
+def test_every_page_is_reachable_from_the_readme():
+    """Following the README's links to docs pages, then those pages' links, reaches every page of docs/."""
+    seen, todo = set(), [ROOT / "README.md"]
+    while todo:
+        page = todo.pop()
+        for target in _LINK.findall(page.read_text()):
+            path = (page.parent / target).resolve()
+            if path.suffix == ".md" and path.is_file() and DOCS in path.parents and path not in seen:
+                seen.add(path)
+                todo.append(path)
+    missing = sorted(rel(p) for p in DOCS.rglob("*.md") if p.resolve() not in seen)
+    assert not missing, f"not reachable from README.md by links: {missing}"
+
+
+_ROLE = re.compile(r":(class|meth|func|data|attr|mod|exc|obj):`")
+
+
+def test_docstrings_use_cross_references_not_sphinx_roles():
+    """mkdocstrings renders ``[`Name`][her.Name]`` as a link (and ``mkdocs build --strict`` fails on one whose target
+    is not rendered); a Sphinx role such as ``:class:`Name``` would show as raw text on the API pages."""
+    found = [f"{rel(f)}:{n}" for folder in ("her", "agents", "envs") for f in sorted((ROOT / folder).rglob("*.py"))
+             for n, line in enumerate(f.read_text().splitlines(), 1) if _ROLE.search(line)]
+    assert not found, f"Sphinx roles left (write [`Name`][package.Name], or ``Name`` where nothing renders it): {found}"
 
 
 # `results/push_sac_u05_s0/metrics.csv`, `tests/test_her_*.py`, `docs/semantics.md`: paths in the repository
 _PATH = re.compile(r"`((?:results|docs|scripts|tests|examples|configs|her|agents|envs)/[^`\s<>]*)`")
 # [text](target) links to local files
 _LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)\s#]+)")
+
+
+def test_included_files_exist_and_included_examples_are_tested():
+    tests = (ROOT / "tests" / "test_examples.py").read_text() + (ROOT / "tests" / "test_custom_env.py").read_text()
+    included = [(page, path) for page in PAGES for path in _SNIPPET.findall(page.read_text())]
+    assert any(path.startswith("examples/") for _, path in included), "the examples are not shown on any page"
+    for page, path in included:
+        assert (ROOT / path).is_file(), f"{rel(page)} includes {path}, which does not exist"
+        if path.startswith("examples/"):
+            assert Path(path).stem in tests, f"{rel(page)} shows {path}, which no test runs"
 
 
 def test_the_files_the_pages_name_exist():

@@ -7,9 +7,11 @@ import functools
 import importlib.metadata
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 
 from her_envs import (
     FETCH_TASKS,
+    EnvWorkerDied,
     GraspedStart,
     ThresholdReward,
     goal_env_spec,
@@ -405,6 +408,86 @@ def test_async_workers_know_envs_registered_here_whatever_the_global_start_metho
         venv.close()
     finally:
         multiprocessing.set_start_method(before, force=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (dead, not reaped) counts as dead
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_killed_async_worker_is_named_and_closing_ends_the_others_within_seconds():
+    """SIGKILL of one worker (the OOM killer): the next step raises EnvWorkerDied naming it, and close() kills
+    the other at once (it was a bare EOFError, and a close that waited forever on the survivor)."""
+    venv = make_vector_env("TestPointGoal-v0", 3, "async", seed=0)
+    pids = [p.pid for p in venv.processes]
+    os.kill(pids[1], signal.SIGKILL)
+    with pytest.raises(EnvWorkerDied, match=rf"^env worker 1 \(pid {pids[1]}\) was killed by SIGKILL \(the "
+                       r"out-of-memory killer sends it: see `dmesg`\)$") as died:
+        for _ in range(3):
+            venv.step(np.zeros((3, 2), np.float32))
+    assert (died.value.index, died.value.pid, died.value.exitcode) == (1, pids[1], -signal.SIGKILL)
+    start = time.monotonic()
+    venv.close()
+    assert time.monotonic() - start < 5
+    assert not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_async_workers_leave_stop_signals_to_the_trainer(sig, tmp_path):
+    """Workers are forked from a trainer whose handlers stop it gracefully; a worker must not run them (it would
+    swallow SIGTERM, so close() waited forever), nor die of a terminal's or a scheduler's signal to the whole
+    process group before the trainer has checkpointed (it reads the workers' RNG states): they ignore SIGINT,
+    SIGTERM and SIGHUP, the trainer closes them, and a worker that does not answer is killed."""
+    ran = tmp_path / "handler-ran"
+
+    def graceful_stop(signum, frame):  # the trainer's handler; a file shows whichever process ran it
+        with open(ran, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+    old = signal.signal(sig, graceful_stop)
+    try:
+        venv = make_vector_env("TestPointGoal-v0", 2, "async", seed=0)
+        os.kill(venv.processes[0].pid, sig)
+        time.sleep(0.3)
+        obs = venv.step(np.zeros((2, 2), np.float32))[0]  # the worker is alive and answers
+        assert obs["observation"].shape == (2, 2)
+        assert not ran.exists(), f"the trainer's handler ran in worker pid {ran.read_text()}"
+        pids = [p.pid for p in venv.processes]
+        venv.close()
+        assert not any(_alive(pid) for pid in pids)
+    finally:
+        signal.signal(sig, old)
+
+
+def test_async_workers_end_when_the_trainer_is_killed(tmp_path):
+    """SIGKILL of the process that owns the vector env (no close() runs): its workers end within seconds
+    instead of living on (and printing EOFError tracebacks)."""
+    script = textwrap.dedent("""
+        import sys, time
+        from her_envs import make_vector_env
+        venv = make_vector_env("FetchReach-v4", 2, "async", seed=0)
+        print(*[p.pid for p in venv.processes], flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in pids)
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 # ---------------------------------------------------------------------------------------------------------

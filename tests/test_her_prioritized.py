@@ -4,7 +4,6 @@ rank-based variant, and composition with goal relabeling."""
 from __future__ import annotations
 
 import math
-import pickle
 
 import numpy as np
 import pytest
@@ -145,20 +144,6 @@ def test_tied_minimum_is_kept_by_count_without_recounting_the_leaves(monkeypatch
     assert not recounts
     tree.update(np.arange(990, 1000), np.full(10, 2.0))  # the last of them overwritten: one recount
     assert tree.min_positive == 2.0 and len(recounts) == 1
-
-
-def test_sum_tree_pickled_with_min_levels_recounts_its_minimum():
-    tree = SumTree(500, 4, track_min=True)
-    tree.update(np.arange(500), np.linspace(1.0, 2.0, 500))
-    state = dict(tree.__dict__)
-    del state["_min"], state["_min_count"]
-    state["_min_levels"] = [None]  # the layout before the count
-    old = object.__new__(SumTree)
-    old.__dict__.update(state)
-    tree2 = pickle.loads(pickle.dumps(old))
-    assert tree2.min_positive == 1.0
-    tree2.update(np.array([0]), np.array([0.5]))
-    assert tree2.min_positive == 0.5
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")

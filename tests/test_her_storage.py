@@ -397,41 +397,53 @@ def test_each_transition_record_holds_the_next_states_achieved_goal(setup):
                                   storage.achieved_goal[(slots + 1) % storage.n_slots])
 
 
-def test_a_state_saved_without_the_next_achieved_goal_copy_loads_and_samples_the_same():
+def test_a_storage_state_of_format_0_without_the_next_achieved_goal_loads_and_samples_the_same(tmp_path):
+    """Format 0 (no ``format`` entry), some saved before the records kept ``next_achieved_goal``: the one
+    migration (``her.storage.migrate_storage_state``) derives it; the state loads, also from a file."""
     storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
     TagEnvs(storage, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]]).step(37)
-    state = storage.state_dict()
-    del state["field.next_achieved_goal"]  # the layout before the copy existed
-    other = make_tag_storage(30, n_envs=3, max_episode_steps=4)
-    other.load_state_dict(state)
-    b1 = her.HerReplayBuffer(storage, tag_reward, seed=3).sample(300)
-    b2 = her.HerReplayBuffer(other, tag_reward, seed=3).sample(300)
-    for name in ("desired_goal", "reward", "index"):
-        np.testing.assert_array_equal(getattr(b1, name), getattr(b2, name))
-
-
-def test_a_storage_pickled_before_the_next_achieved_goal_copy_unpickles_and_samples_the_same():
-    import pickle
-
-    storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
-    TagEnvs(storage, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]]).step(37)
-    old = object.__new__(her.EpisodeStorage)  # the same storage in the previous record layout
-    old.__dict__.update(storage.__dict__)
-    names = [n for n in storage.dtype.names if n != "next_achieved_goal"]
-    old.dtype = np.dtype([(n, storage.dtype.fields[n][0]) for n in names], align=True)
-    old.data = np.zeros(len(storage.data), old.dtype)
-    for n in names:
-        old.data[n] = storage.data[n]
-    restored = pickle.loads(pickle.dumps(old))
-    assert restored.dtype == storage.dtype
+    old = storage.state_dict()
+    assert int(old.pop("format")) == her.storage.STORAGE_FORMAT
+    del old["field.next_achieved_goal"]
+    np.savez(tmp_path / "old.npz", **old)
+    restored = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    restored.load(str(tmp_path / "old.npz"))
     slots = storage.transition_slots()
     np.testing.assert_array_equal(restored.data[slots], storage.data[slots])
     b1 = her.HerReplayBuffer(storage, tag_reward, seed=5).sample(200)
     b2 = her.HerReplayBuffer(restored, tag_reward, seed=5).sample(200)
     for name in ("observation", "desired_goal", "reward", "next_observation", "index"):
         np.testing.assert_array_equal(getattr(b1, name), getattr(b2, name))
-    restored.observation[slots[0]] = -1.0  # the field views are bound to the new records
-    assert restored.data["observation"][slots[0]][0] == -1.0
+
+
+def test_a_storage_state_of_an_unknown_format_is_one_line_naming_it():
+    storage = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    state = storage.state_dict()
+    state["format"] = np.asarray(7)
+    with pytest.raises(ValueError, match=r"^a replay storage of format 7: this version of her reads formats 0 to 1 "):
+        storage.load_state_dict(state)
+
+
+def test_episodes_after_and_add_episodes_rebuild_the_storage_across_wraps():
+    """The append-only episode log: the episodes added since a moment, added again to a copy of the storage of
+    that moment, give the same storage (slots, eviction, counters) and the same samples."""
+    src = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    envs = TagEnvs(src, [[(3, True), (5, False)], [(7, False)], [(1, True), (2, False)]])
+    envs.step(9)
+    copy = make_tag_storage(30, n_envs=3, max_episode_steps=4)
+    copy.load_state_dict(src.state_dict())
+    mark = src.n_episodes_added
+    envs.step(8)
+    chunk = src.episodes_after(mark)
+    assert chunk is not None and len(chunk["lengths"]) == src.n_episodes_added - mark > 0
+    copy.add_episodes(chunk)
+    for k, v in src.state_dict().items():
+        np.testing.assert_array_equal(copy.state_dict()[k], v, err_msg=k)
+    assert src.episodes_after(src.n_episodes_added)["lengths"].size == 0
+    envs.step(60)  # more than the storage holds since mark: only a full state describes it
+    assert src.episodes_after(mark) is None
+    with pytest.raises(ValueError, match=r"n_added must be in \[0, "):
+        src.episodes_after(src.n_episodes_added + 1)
 
 
 def test_save_load_round_trip_is_exact(tmp_path):
@@ -557,48 +569,6 @@ def test_buffer_add_discard_and_in_progress_go_through_its_writer():
     assert buf.in_progress_lengths() == [3, 0]
     buf.discard_in_progress()
     assert buf.in_progress_lengths() == [0, 0]
-
-
-def test_state_pickled_before_the_writer_split_loads(tmp_path):
-    """A buffer (prioritized sampler, n-step) and a storage pickled by the code where the storage owned its
-    ``EpisodeWriter`` (staged steps inside) and samplers were bound at construction. ``data/`` holds them, made
-    with commit ed49fa6 by: a 2-env tag storage (capacity 30, 4 steps) stepped 13 times with a
-    ``PrioritizedSampler(storage, alpha=0.7, beta0=0.5)``, one batch of priorities updated, then
-    ``pickle.dumps({"buffer": buf, "storage": plain, ...})`` with ``buf.compute_reward = None`` (as ``her.sb3``
-    pickles it); ``expected`` is a batch sampled by that code from an unpickled copy."""
-    import pathlib
-    import pickle
-
-    fixture = pickle.loads((pathlib.Path(__file__).parent / "data" / "her_storage_with_writer_v0.pkl").read_bytes())
-    old = pickle.loads(fixture["blob"])
-    assert old["staged"] == [2, 6] and old["plain_staged"] == [1, 5]
-    buf, plain = old["buffer"], old["storage"]
-    buf.compute_reward = tag_reward
-    assert buf.storage.episodes() == fixture["episodes"] and plain.episodes() == fixture["plain_episodes"]
-    assert "writer" not in vars(buf.storage) and "writer" not in vars(plain)
-    assert buf.in_progress_lengths() == [0, 0]  # the staged steps are dropped, as a load drops them
-    assert buf.prioritized and buf.sampler.n_samples == 1
-    batch = buf.sample(32)  # same RNG, same priorities: the same batch as the old code
-    for name, want in fixture["expected"].items():  # float sums may round differently on another CPU's SIMD
-        got = getattr(batch, name)
-        if np.issubdtype(np.asarray(want).dtype, np.floating):
-            np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=name)
-        else:
-            np.testing.assert_array_equal(got, want, err_msg=name)
-    buf.update_priorities(batch.index, np.ones(32))
-    env = TagEnvs(buf, [[(3, True)], [(2, False)]], run=TagRun(episodes={}, completed=[]))
-    env.run.episodes.update({e: None for e in range(100)})  # fresh episode ids, clear of the stored ones
-    env.state = [env._new_episode(e) for e in range(2)]
-    before = buf.storage.n_episodes_added
-    env.step(3)
-    assert buf.storage.n_episodes_added == before + 2  # the new writer stores whole episodes
-    assert buf.sampler.priorities(buf.storage.transition_slots()[-5:]).min() > 0  # the sampler still listens
-    writer = her.EpisodeWriter(plain)
-    TagEnvs(writer, [[(2, True)], [(2, True)]]).step(2)
-    assert plain.n_episodes_added == len(fixture["plain_episodes"]) + 2
-    again = pickle.loads(pickle.dumps(buf))  # and the new layout pickles with its writer
-    assert again.writer.storage is again.storage and again.sampler._storage is again.storage
-
 
 
 def test_import_her_does_not_import_torch_gymnasium_or_wandb():

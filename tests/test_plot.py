@@ -337,3 +337,36 @@ def test_her_plot_table_steps_take_the_tables_own_k_and_m_suffixes(runs, capsys)
     plain = capsys.readouterr().out
     assert main([str(runs[0]), "--table", "2k", "0.0035M"]) == 0
     assert capsys.readouterr().out == plain and "| at 2k | at 3.5k |" in plain
+
+
+def test_a_metrics_csv_saved_with_a_byte_order_mark_reads_as_without(runs, tmp_path):
+    """A spreadsheet saves a CSV with a UTF-8 byte-order mark before the header's first column."""
+    bom = tmp_path / "bom"
+    bom.mkdir()
+    (bom / "metrics.csv").write_bytes(b"\xef\xbb\xbf" + (runs[0] / "metrics.csv").read_bytes())
+    assert list(read_metrics(bom)) == list(read_metrics(runs[0]))
+    np.testing.assert_array_equal(read_metrics(bom)["env_steps"], read_metrics(runs[0])["env_steps"])
+    assert main([str(bom), "--out", str(tmp_path / "bom.png")]) == 0
+
+
+@pytest.mark.parametrize("option, text, ok", [
+    ("--label", "$x", True),  # one $: plain text
+    ("--label", "$x^2$ run", True),
+    ("--label", r"price \$5", True),
+    ("--label", r"$\frac$", False),
+    ("--label", "$a_$", False),
+    ("--title", r"$\frac$", False),
+])
+def test_text_matplotlib_cannot_parse_as_math_is_one_line(runs, tmp_path, capsys, option, text, ok):
+    out = tmp_path / "m.png"
+    argv = [str(runs[0]), "--label", text] if option == "--label" else [str(runs[0]), "--title", text]
+    if ok:
+        assert main([*argv, "--out", str(out)]) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"her-plot: error: {option} {text!r}: matplotlib cannot draw the math text between "
+                              "its $ signs (") and err[-1].endswith(r"write \$ for a literal dollar sign"), err
+    assert not out.exists()

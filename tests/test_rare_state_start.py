@@ -7,6 +7,7 @@ import mujoco
 import numpy as np
 import pytest
 
+from her_agents.run.checkpoint import read_replay
 from her_agents.config import load_config
 from her_agents.loop.train import train
 from her_agents.run.checkpoint import load_checkpoint
@@ -122,10 +123,10 @@ def test_the_training_loop_starts_episodes_from_archived_states_and_checkpoints_
     assert venv.get_attr("restarts") == (0, 0)
     venv.close()
     assert train(_push_cfg(tmp_path / "run")).env_steps == 400
-    with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:
-        n = int(z["storage/scalars"][2])
-        step = z["storage/field.step"][:n]
-        achieved = z["storage/field.achieved_goal"][:n]
+    z = read_replay(tmp_path / "run")  # the storage as saved: base and episode log
+    n = int(z["storage/scalars"][2])
+    step = z["storage/field.step"][:n]
+    achieved = z["storage/field.achieved_goal"][:n]
     starts = np.flatnonzero(step == 0)
     # episodes after the first two (one per env) began where an earlier one had been: their first achieved goal
     # is one stored before, which a fresh start (the box placed at random) almost surely is not
@@ -165,3 +166,4 @@ def test_the_archive_round_trips_and_a_wrong_one_is_one_line():
 def test_bad_rare_state_settings_are_one_line(overrides, match):
     with pytest.raises(ValueError, match=match):
         load_config("fetch_pick_and_place_sac", overrides)
+

@@ -24,6 +24,7 @@ import csv
 import glob
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,10 +37,10 @@ import torch
 
 from her_agents.config import load_config
 from her_agents.loop.train import train
-from her_agents.run.checkpoint import load_checkpoint, load_replay_arrays, save_run_state
+from her_agents.run.checkpoint import load_checkpoint, load_replay_arrays, read_replay, save_run_state
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_compare import run_differences
+from run_compare import differences, run_differences
 from wandb_reader import history_rows, run_files
 
 EVAL_EVERY = 500
@@ -55,8 +56,15 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _leftovers(run_dir: Path) -> list[str]:
-    """Temp files or replays not yet moved into place: none may remain after a save or a resume."""
-    return sorted(p.name for p in run_dir.iterdir() if p.name.endswith(".tmp") or p.name.startswith("replay-"))
+    """Temp files, replays not yet moved into place, episode logs of other bases than the checkpoint's: none may
+    remain after a save or a resume."""
+    names = [p.name for p in run_dir.iterdir()]
+    try:
+        base = (load_checkpoint(run_dir)["replay_files"] or {}).get("base")
+    except (FileNotFoundError, ValueError):  # no checkpoint, or the bare ones of the kill-point test
+        base = None
+    return sorted(n for n in names if n.endswith(".tmp") or re.fullmatch(r"replay-\d+\.npz", n)
+                  or (re.fullmatch(r"replay-\d+\.log", n) and n != f"replay-{base}.log"))
 
 
 def _episodes(replay_arrays: dict) -> int:
@@ -103,8 +111,8 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
     wandb_id = state["wandb_id"]
     assert wandb_id
     # Its replay is the one of the same env step (finishing a save killed between checkpoint and replay).
-    replay = load_replay_arrays(run_dir, steps)
-    assert replay is not None and _episodes(replay) == steps // 50
+    replay = read_replay(run_dir)
+    assert _episodes(replay) == steps // 50
     assert _leftovers(run_dir) == []
 
     # Rows up to the checkpoint are kept as they are; simulate a kill between an evaluation's metrics.csv row
@@ -138,7 +146,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path):
     assert final["counters"]["evals"] == TOTAL // EVAL_EVERY
     assert final["wandb_id"] == wandb_id
     # The replay was restored: it holds the episodes from before the kill and those after the resume.
-    final_replay = load_replay_arrays(run_dir, TOTAL)
+    final_replay = read_replay(run_dir)
     assert _episodes(final_replay) == TOTAL // 50
     assert int(final_replay["storage/scalars"][3]) == TOTAL // 50  # episodes ever added
     assert _leftovers(run_dir) == []
@@ -191,14 +199,14 @@ def test_interrupted_checkpoint_write_keeps_previous_checkpoint(tmp_path, monkey
     state = load_checkpoint(run_dir / "checkpoint.pt")  # the previous one, complete
     assert state["counters"]["env_steps"] == 100
     assert _leftovers(run_dir) == [], "a failed write left files behind"
-    replay = load_replay_arrays(run_dir, 100)
+    replay = read_replay(run_dir)
     assert _episodes(replay) == 2
     assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100]  # 200: no checkpoint covers it
 
     result = train(_small_cfg(run_dir), resume=str(run_dir))
     assert result.env_steps == 300
     assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 200, 300]
-    assert _episodes(load_replay_arrays(run_dir, 300)) == 6
+    assert _episodes(read_replay(run_dir)) == 6
 
 
 def test_resume_finishes_a_save_killed_between_checkpoint_and_replay(tmp_path):
@@ -315,3 +323,220 @@ def test_old_checkpoint_loads_evaluates_and_resumes(tmp_path, capsys):
     assert resumed["counters"]["env_steps"] == 150
     assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 150]
     assert not [g for g in _pickled_globals(run_dir / "checkpoint.pt") if g.startswith(ours)]
+
+
+class _RunsCode:
+    """Pickles as a call of ``os.system``: what a shared checkpoint could carry."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_without_running_it(tmp_path, capsys):
+    """``her-eval`` and ``--resume`` load weights only: a pickled callable is refused in one line, never run."""
+    from her_agents.cli import eval_main, train_main
+
+    marker = tmp_path / "ran"
+    run_dir = tmp_path / "shared"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml", "metrics.csv"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    state["counters"]["payload"] = _RunsCode(marker)
+    torch.save(state, run_dir / "checkpoint.pt")
+
+    with pytest.raises(ValueError, match=r"refused: loading it would run code \(posix.system\)") as info:
+        load_checkpoint(run_dir)
+    assert "\n" not in str(info.value)
+    capsys.readouterr()
+    for main, args in ((eval_main, [str(run_dir), "--episodes", "1"]),
+                       (train_main, ["--resume", str(run_dir), "train.total_env_steps=150"])):
+        try:
+            code = main(args)
+        except SystemExit as exited:  # her-eval's argparse error
+            code = exited.code
+        assert code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 2 and all("refused: loading it would run code (posix.system)" in e for e in errors), errors
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content, expect", [
+    (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "cannot be read (UnicodeDecodeError: "),
+    (b"step,time\n1,2\n", "cannot be read (no env_steps column; its header is 'step,time')"),
+    (b"env_steps,wall_time\nabc,1\n", "cannot be read (line 2: env_steps 'abc' is not a number)"),
+])
+def test_an_unreadable_metrics_csv_on_resume_is_one_line_naming_it(tmp_path, capsys, content, expect):
+    from her_agents.cli import train_main
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    (run_dir / "metrics.csv").write_bytes(content)
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [f"her-train: error: --resume: {run_dir / 'metrics.csv'} " + errors[0].split(" ", 4)[-1]]
+    assert expect in errors[0] and errors[0].endswith("move it away to resume without its rows"), errors
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == 100  # nothing written
+
+
+def test_a_metrics_csv_with_a_byte_order_mark_resumes(tmp_path):
+    from her_agents.cli import train_main
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    (run_dir / "metrics.csv").write_bytes(b"\xef\xbb\xbf" + (OLD_RUN / "metrics.csv").read_bytes())
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 0
+    assert [int(r["env_steps"]) for r in _rows(run_dir / "metrics.csv")] == [100, 150]
+    assert not (run_dir / "metrics.csv").read_bytes().startswith(b"\xef\xbb\xbf")
+
+
+def _default_cfg(run_dir: Path, *extra: str):
+    """A small run with the default ``log.save_replay``."""
+    return load_config("fetch_reach_ddpg", ["train.total_env_steps=300", "train.eval_every=100",
+                                            f"log.run_dir={run_dir}", "log.wandb.mode=disabled", *FAST, *extra])
+
+
+def test_resume_restores_the_replay_by_default_from_a_base_and_an_append_only_episode_log(tmp_path, capsys):
+    """Without ``log.save_replay`` set, a checkpoint saves the replay: the base is written once (at the first
+    checkpoint) and each later checkpoint appends its new episodes to the log; a resume restores them all."""
+    run_dir = tmp_path / "run"
+    assert _default_cfg(run_dir).log.save_replay is True
+    train(_default_cfg(run_dir))
+    state = load_checkpoint(run_dir)
+    assert state["format"] == 1 and state["replay_files"]["base"] == 100  # not rewritten at 200 nor 300
+    with np.load(run_dir / "replay.npz") as z:  # no object arrays: read without unpickling
+        assert int(z["meta/env_steps"]) == 100 and int(z["meta/format"]) == 1
+    log = run_dir / "replay-100.log"
+    assert log.stat().st_size == state["replay_files"]["log_bytes"] and _leftovers(run_dir) == []
+    assert _episodes(read_replay(run_dir)) == 6
+    capsys.readouterr()
+    train(_default_cfg(run_dir, "train.total_env_steps=400"), resume=str(run_dir))
+    assert "no replay to restore" not in capsys.readouterr().out
+    final = read_replay(run_dir)
+    assert _episodes(final) == 8 and int(final["storage/scalars"][3]) == 8  # the 6 restored, 2 more
+    assert load_checkpoint(run_dir)["replay_files"]["base"] == 100 and _leftovers(run_dir) == []
+
+
+def test_the_base_is_rewritten_once_the_log_would_outgrow_the_replay(tmp_path):
+    run_dir = tmp_path / "run"
+    train(_default_cfg(run_dir, "replay.capacity=100"))  # two episodes: each checkpoint's new ones fill it
+    state = load_checkpoint(run_dir)
+    assert state["replay_files"]["base"] == 300
+    assert sorted(p.name for p in run_dir.glob("replay*")) == ["replay-300.log", "replay.npz"]
+    assert _episodes(read_replay(run_dir)) == 2
+
+
+def test_a_save_cut_short_mid_append_loses_nothing_already_saved(tmp_path):
+    """Bytes appended by a save that was killed before its checkpoint (or a chunk cut short) are not read: the
+    resume restores the checkpoint's episodes exactly and cuts the log back."""
+    run_dir = tmp_path / "run"
+    train(_default_cfg(run_dir))
+    before = read_replay(run_dir)
+    size = load_checkpoint(run_dir)["replay_files"]["log_bytes"]
+    with open(run_dir / "replay-100.log", "ab") as f:
+        f.write(b"EPIS\xff\xff\xff\xff\x00\x00\x00\x00half a chunk")
+    assert differences(read_replay(run_dir), before) == []
+    train(_default_cfg(run_dir, "train.total_env_steps=400"), resume=str(run_dir))
+    after = read_replay(run_dir)
+    assert _episodes(after) == 8
+    with open(run_dir / "replay-100.log", "rb") as f:
+        assert b"half a chunk" not in f.read() and size < load_checkpoint(run_dir)["replay_files"]["log_bytes"]
+
+
+def _as_format_0(run_dir: Path, extra_rng: object = None) -> None:
+    """Rewrite a run directory in the layout before formats existed: ``checkpoint.pt`` without ``format``,
+    ``replay_files`` and ``replay_sampler``; ``replay.npz`` holding the whole buffer (storage, sampler, RNG as
+    object arrays) and no ``meta/format``; no episode log."""
+    from her_agents.run.checkpoint import flatten_arrays, write_pending_replay
+
+    storage = {k: v for k, v in read_replay(run_dir).items() if k != "storage/format"}
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    for key in ("format", "replay_files", "replay_sampler"):
+        del state[key]
+    torch.save(state, run_dir / "checkpoint.pt")
+    rng = flatten_arrays({"rng": state["replay_schedule"]["rng"]})
+    assert any(v.dtype == object for v in rng.values())  # PCG64's 128-bit state: pickled object arrays
+    if extra_rng is not None:
+        rng["rng/extra"] = np.asarray([extra_rng], dtype=object)
+    for p in run_dir.glob("replay*"):
+        p.unlink()
+    steps = state["counters"]["env_steps"]
+    write_pending_replay(run_dir, {**storage, "sampler/": np.zeros(0), **rng}, steps).rename(run_dir / "replay.npz")
+
+
+def test_a_run_of_format_0_resumes_with_its_replay_and_a_pickled_callable_in_it_is_refused(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    train(_default_cfg(run_dir))
+    saved = read_replay(run_dir)
+    _as_format_0(run_dir)
+    assert "format" not in torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    state = load_checkpoint(run_dir)  # migrated
+    assert state["format"] == 1 and state["replay_files"] is None and state["replay_sampler"] is None
+    capsys.readouterr()
+    train(_default_cfg(run_dir, "train.total_env_steps=400"), resume=str(run_dir))
+    assert "no replay to restore" not in capsys.readouterr().out
+    after = read_replay(run_dir)
+    assert _episodes(after) == 8  # the 6 of the format-0 replay, 2 more
+    np.testing.assert_array_equal(after["storage/field.observation"][:10], saved["storage/field.observation"][:10])
+
+    marker = tmp_path / "ran"
+    _as_format_0(run_dir, extra_rng=_RunsCode(marker))
+    with pytest.raises(ValueError, match=r"replay .*replay.npz cannot be read: .*it needs code to load \(posix.system\)"):
+        train(_default_cfg(run_dir, "train.total_env_steps=500"), resume=str(run_dir))
+    assert not marker.exists()
+
+
+def test_files_of_an_unknown_format_are_one_line_naming_the_versions(tmp_path):
+    run_dir = tmp_path / "run"
+    train(_default_cfg(run_dir, "train.total_env_steps=200"))
+    arrays = dict(np.load(run_dir / "replay.npz"))
+    arrays["meta/format"] = np.asarray(9)
+    np.savez(run_dir / "replay.npz", **arrays)
+    with pytest.raises(ValueError, match=rf"^replay {re.escape(str(run_dir))}/replay.npz is of format 9; this "
+                       r"version of her-robotics reads formats 0 to 1 \(a newer version wrote it\?\)$"):
+        train(_default_cfg(run_dir, "train.total_env_steps=300"), resume=str(run_dir))
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    state["format"] = 9
+    torch.save(state, run_dir / "checkpoint.pt")
+    with pytest.raises(ValueError, match=rf"^checkpoint {re.escape(str(run_dir))}/checkpoint.pt is of format 9; "
+                       r"this version of her-robotics reads formats 0 to 1 \(a newer version wrote it\?\)$"):
+        load_checkpoint(run_dir)
+
+
+def test_a_missing_replay_says_what_is_the_case(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    train(_default_cfg(run_dir, "train.total_env_steps=200"))
+    (run_dir / "replay.npz").unlink()
+    capsys.readouterr()
+    train(_default_cfg(run_dir, "train.total_env_steps=300"), resume=str(run_dir))
+    assert (f"her-train: no replay to restore in {run_dir}: replay.npz is missing, although the run saved its "
+            "replay with each checkpoint (deleted or moved?); the replay buffer starts empty") in capsys.readouterr().out
+    assert _leftovers(run_dir) == [] and load_checkpoint(run_dir)["replay_files"]["base"] == 300  # a new base
+
+
+def test_a_format_0_checkpoint_without_its_later_entries_resumes(tmp_path):
+    """Format-0 checkpoints from before the agent RNG, update schedule, evaluation window, hooks, env RNGs and
+    world size were saved: ``migrate_checkpoint`` stands them in (None: the freshly built values stay)."""
+    from her_agents.cli import train_main
+    from her_agents.run.checkpoint import migrate_checkpoint
+
+    run_dir = tmp_path / "older"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml", "metrics.csv"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    for key in ("agent_rng", "replay_schedule", "update_schedule", "eval_window", "hooks", "envs", "world_size"):
+        del state[key]
+    torch.save(state, run_dir / "checkpoint.pt")
+    migrated = migrate_checkpoint(state)
+    assert migrated["format"] == 1 and migrated["world_size"] == 1 and migrated["hooks"] == {}
+    assert migrated["agent_rng"] is None and migrated["replay_files"] is None
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 0
+    assert load_checkpoint(run_dir)["counters"]["env_steps"] == 150

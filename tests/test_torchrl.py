@@ -541,3 +541,77 @@ def test_torchrl_her_buffer_differences_quoted_in_the_docs():
     assert set(nstep["torchrl_relabeled_rewards"]) <= {-1.0, 0.0} and nstep["torchrl_steps_to_next_obs"] == [3]
     assert nstep["torchrl_relabeled_max_abs_error"] >= 1.0 and nstep["ours_relabeled_max_abs_error"] < 1e-6
     assert sem.prioritized_sampler()["torchrl_error"] is not None or torch.__version__ != "2.13.0+cpu"
+
+
+def test_dumps_and_loads_round_trip_as_torchrls_checkpoint_api(tmp_path):
+    """``rb.dumps(dir)`` / ``rb.loads(dir)``, TorchRL's ``ReplayBuffer`` checkpoint API: the same storage,
+    priorities and sampling RNG; the files load without unpickling; a bad dump is one line."""
+    import json
+
+    td = tag_rollout(LENGTHS, 40)
+    rb = adapter(prioritized=True, seed=5)
+    rb.extend(td)
+    s = rb.sample(16)
+    s["td_error"] = torch.arange(16.0)
+    rb.update_tensordict_priority(s)
+    rb.dumps(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["buffer.npz", "meta.json"]
+    with np.load(tmp_path / "ckpt" / "buffer.npz", allow_pickle=False) as z:
+        assert len(z.files) > 5
+    copy = adapter(prioritized=True, seed=99)
+    copy.loads(tmp_path / "ckpt")
+    assert_same_storage(copy.storage, rb.storage)
+    assert copy.write_count == rb.write_count and copy.n_envs == 3
+    assert (rb.sample(64) == copy.sample(64)).all()
+
+    empty = adapter()
+    empty.dumps(tmp_path / "empty")
+    again = adapter()
+    again.loads(tmp_path / "empty")
+    assert len(again) == 0 and again.write_count == 0
+
+    with pytest.raises(FileNotFoundError, match=r"loads\(.*'\): no meta.json there; expected a directory written by "):
+        adapter().loads(tmp_path / "nothing")
+    meta = json.loads((tmp_path / "ckpt" / "meta.json").read_text())
+    (tmp_path / "ckpt" / "meta.json").write_text(json.dumps({**meta, "format": 7}))
+    with pytest.raises(ValueError, match=r"a dump of format 7; this version reads format 1$"):
+        adapter().loads(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "buffer.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=r"the dump cannot be read \("):
+        adapter().loads(tmp_path / "ckpt")
+
+
+def test_indexing_reads_the_stored_transitions_oldest_first():
+    """``rb[i]``, ``rb[a:b]``, ``rb[tensor]``, ``len(rb)``: the transitions of the complete episodes as they were
+    collected (the episode's goal, the env's reward, done flags of their last step), no relabeling."""
+    td = tag_rollout(LENGTHS, 40)
+    rb = adapter()
+    with pytest.raises(IndexError, match="nothing stored yet"):
+        rb[0]
+    rb.extend(td)
+    n = len(rb)
+    flat = td.reshape(-1)
+    collected = {(tuple(flat["observation"][i].tolist()), tuple(flat["next", "observation"][i].tolist()))
+                 : i for i in range(flat.shape[0])}
+    everything = rb[:]
+    assert everything.batch_size == torch.Size([n]) and n > 0
+    seen = set()
+    for j in range(n):
+        key = (tuple(everything["observation"][j].tolist()), tuple(everything["next", "observation"][j].tolist()))
+        i = collected[key]  # a transition that was collected ...
+        seen.add(key)
+        for name in ("action", "desired_goal", "achieved_goal", ("next", "achieved_goal"), ("next", "reward"),
+                     ("next", "terminated"), ("next", "truncated"), ("next", "done")):
+            assert torch.equal(everything[name][j], flat[name][i]), (name, j)  # ... exactly as collected
+    assert len(seen) == n
+    one = rb[0]
+    assert one.batch_size == torch.Size([]) and torch.equal(one["observation"], everything["observation"][0])
+    assert one["observation"][1].item() == 0 and one["observation"][2].item() == 0  # the oldest: episode 0, step 0
+    assert torch.equal(rb[-1]["index"], everything["index"][n - 1])
+    picked = rb[torch.tensor([2, 0, -1])]
+    assert picked.batch_size == torch.Size([3]) and torch.equal(picked["index"], everything["index"][[2, 0, n - 1]])
+    assert rb[np.arange(3)].batch_size == torch.Size([3])
+    with pytest.raises(IndexError, match=rf"rb\[{n}\]: index out of range for {n} stored transitions"):
+        rb[n]
+    with pytest.raises(TypeError, match="expected integers"):
+        rb[torch.tensor([0.5])]

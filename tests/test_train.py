@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from her_agents.run.checkpoint import read_replay
 from her_agents.algos.registry import make_agent
 from her_agents.config import load_config
 from her_agents.loop.train import build_replay, train
@@ -146,13 +147,12 @@ def test_same_seed_runs_store_identical_buffers(tmp_path):
     for i in range(2):
         cfg = _small_cfg(tmp_path / f"run{i}", "log.save_replay=true", "train.seed=3")
         train(cfg)
-        files.append(tmp_path / f"run{i}" / "replay.npz")
-    with np.load(files[0], allow_pickle=True) as a, np.load(files[1], allow_pickle=True) as b:
-        assert a.files == b.files
-        for k in a.files:
-            if a[k].dtype != object:
-                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        assert int(a["storage/scalars"][2]) == 300  # all 6 episodes of 50 steps stored
+        files.append(read_replay(tmp_path / f"run{i}"))
+    a, b = files
+    assert list(a) == list(b)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert int(a["storage/scalars"][2]) == 300  # all 6 episodes of 50 steps stored
 
 
 def test_grasped_start_shapes_training_episodes_only(tmp_path, monkeypatch):
@@ -168,11 +168,11 @@ def test_grasped_start_shapes_training_episodes_only(tmp_path, monkeypatch):
     monkeypatch.setattr(her_agents.loop.train, "make_vector_env", recording)
     train(_small_cfg(tmp_path / "run", "env.id=FetchPickAndPlace-v4", "env.grasped_start=1.0", "log.save_replay=true"))
     assert built == [1.0, 0.0]  # the training envs, then the evaluation envs
-    with np.load(tmp_path / "run" / "replay.npz", allow_pickle=True) as z:
-        n = int(z["storage/scalars"][2])  # transitions stored (the arrays have the replay's capacity)
-        first = z["storage/field.step"][:n] == 0
-        box = z["storage/field.achieved_goal"][:n][first]
-        grip = z["storage/field.observation"][:n][first][:, :3]
+    z = read_replay(tmp_path / "run")  # the storage as saved: base and episode log
+    n = int(z["storage/scalars"][2])  # transitions stored (the arrays have the replay's capacity)
+    first = z["storage/field.step"][:n] == 0
+    box = z["storage/field.achieved_goal"][:n][first]
+    grip = z["storage/field.observation"][:n][first][:, :3]
     assert len(box) == 6 and np.all(np.linalg.norm(box - grip, axis=1) < 0.02)  # every episode began held
 
 
@@ -256,3 +256,4 @@ def test_bad_config_gives_clear_error(tmp_path, args, expect):
     assert proc.returncode != 0
     assert expect in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+

@@ -153,3 +153,48 @@ def test_training_logs_eval_videos_to_run_dir_and_wandb(tmp_path):
     logged = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "eval"
                            / "*.mp4"))
     assert len(logged) == 2, (logged, [line for line in (proc.stdout + proc.stderr).splitlines() if "W&B" in line])
+
+
+# A backend whose library is missing, without uninstalling it: PyOpenGL looks the library up by this name.
+_HIDE_OSMESA = ("import sys, ctypes.util; real = ctypes.util.find_library; "
+                "ctypes.util.find_library = lambda n: None if n == 'OSMesa' else real(n); ")
+
+
+def _cli_with_missing_osmesa(main: str, args: list[str]) -> subprocess.CompletedProcess:
+    code = _HIDE_OSMESA + f"from her_agents.cli import {main}; sys.exit({main}({args!r}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env("osmesa"),
+                          timeout=600, check=False)
+
+
+def test_a_missing_gl_library_stops_no_run_that_renders_nothing(reach_checkpoint, tmp_path):
+    """MUJOCO_GL=osmesa without libOSMesa: her-train and her-eval without a video never load it (they crashed
+    with a PyOpenGL traceback at `import mujoco`)."""
+    proc = _cli_with_missing_osmesa("eval_main", [str(reach_checkpoint), "--episodes", "2"])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    _check_report(proc.stdout, 2)
+    proc = _cli_with_missing_osmesa("train_main", [
+        "fetch_reach_ddpg", "train.total_env_steps=100", "train.eval_every=100", "train.warmup_steps=50",
+        "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1", "agent.hidden=[16]",
+        "train.batch_size=16", "log.wandb.mode=disabled", "log.progress=false", f"log.run_dir={tmp_path / 'run'}"])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_a_missing_gl_library_for_a_video_is_one_line_saying_what_to_install(reach_checkpoint, tmp_path):
+    expected = ("MUJOCO_GL=osmesa: libOSMesa is not installed, and the video needs it: install libosmesa6 "
+                "(Debian/Ubuntu; mesa-libOSMesa on Fedora), or use MUJOCO_GL=egl")
+    proc = _cli_with_missing_osmesa("eval_main", [str(reach_checkpoint), "--video", str(tmp_path / "x.mp4")])
+    assert proc.returncode == 2 and proc.stderr == f"her-eval: error: {expected}\n", proc.stderr[-3000:]
+    proc = _cli_with_missing_osmesa("train_main", ["fetch_reach_ddpg", "log.video_every=1",
+                                                   f"log.run_dir={tmp_path / 'run'}"])
+    assert proc.returncode == 2 and proc.stderr == f"her-train: error: {expected}\n", proc.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_glx_for_a_video_is_one_line(reach_checkpoint, tmp_path):
+    """MuJoCo knows glx, gymnasium's renderer does not: refused before the evaluation (it was a RuntimeError
+    inside the renderer and an ignored AttributeError traceback)."""
+    proc = _her_eval(str(reach_checkpoint), "--video", str(tmp_path / "x.mp4"), gl="glx")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == ("her-eval: error: MUJOCO_GL=glx: gymnasium renders MuJoCo with glfw, egl or osmesa only: "
+                           "use MUJOCO_GL=egl headless (libegl1) or MUJOCO_GL=glfw with a display\n")

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 Precision = Literal["fp32", "bf16", "auto"]
-"""Valid values of :attr:`AgentConfig.precision`."""
+"""Valid values of [`AgentConfig.precision`][her_agents.algos.base.AgentConfig.precision]."""
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
 
@@ -47,7 +47,8 @@ class Agent(Protocol):
     """What the training loop (``her_agents.loop.train``), the data-parallel wrapper (``her_agents.dist.distributed``) and
     the actor-learner (``her_agents.dist.actor_learner``) use of an agent; nothing else is read across modules.
 
-    :class:`GoalConditionedAgentBase` implements it for DDPG, TD3, SAC and TQC.
+    [`GoalConditionedAgentBase`][her_agents.algos.base.GoalConditionedAgentBase] implements it for DDPG, TD3,
+    SAC and TQC.
     """
 
     @property
@@ -104,7 +105,8 @@ class Agent(Protocol):
         ...
 
     def load_policy_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`policy_state_dict` (of an agent of the same configuration)."""
+        """Load [`policy_state_dict`][her_agents.algos.base.Agent.policy_state_dict] (of an agent of the same
+        configuration)."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -112,7 +114,7 @@ class Agent(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`state_dict`."""
+        """Load [`state_dict`][her_agents.algos.base.Agent.state_dict]."""
         ...
 
 
@@ -141,7 +143,7 @@ class AgentConfig:
     """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite), e.g. ``[-1/(1-gamma), 0]``
     for -1/0 rewards (gamma 0.98 -> -50); None (the default for an agent built directly): no clip, whatever the
     rewards' sign. The training loop, when ``agent.q_clip`` is not configured, sets it from the env's reward
-    range (:func:`q_clip_for_env`, also usable by hand: ``q_clip=q_clip_for_env(spec.reward_range, gamma,
+    range (``q_clip_for_env``, also usable by hand: ``q_clip=q_clip_for_env(spec.reward_range, gamma,
     env_id)``)."""
     noise_std: float = 0.2
     """Std (>= 0) of the Gaussian exploration noise added in ``act(deterministic=False)`` (actions in ``[-1, 1]``)."""
@@ -156,7 +158,8 @@ class AgentConfig:
     noise_horizon: int = 50
     """Length (>= 1, env steps) of each colored noise sequence when ``noise_beta > 0``, meant to be the episode
     length: left out of a config, the training loop sets the env's (Fetch: 50), and starts an env's new sequence
-    at the end of each of its episodes (:meth:`GoalConditionedAgentBase.reset_noise`)."""
+    at the end of each of its episodes
+    ([`GoalConditionedAgentBase.reset_noise`][her_agents.algos.base.GoalConditionedAgentBase.reset_noise])."""
     norm_eps: float = 1e-2
     """Std floor (> 0) of the observation/goal normalizers."""
     norm_clip_obs: float = 200.0
@@ -170,7 +173,7 @@ class AgentConfig:
     ``torch.autocast(dtype=torch.bfloat16)`` (matmuls in bf16, faster on CPUs with AVX512-BF16/AMX and on GPUs);
     the networks return float32, so TD targets, losses and ``td_error`` are float32, and parameters, gradients
     and optimizer state stay float32. ``act()`` always runs in float32. ``"auto"`` is bf16 where the device
-    multiplies bf16 natively (:func:`resolve_precision`) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
+    multiplies bf16 natively (``resolve_precision``) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
     bf16 matmuls are emulated and many times slower than fp32."""
     compile: bool = False
     """Run ``update()`` through ``torch.compile`` (Inductor): the same update function, its losses, gradients,
@@ -227,7 +230,9 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
     ``_checkpoint_items`` (state).
 
     Args:
-        obs_dim, goal_dim, action_dim: sizes of ``observation``, ``desired_goal`` and the action.
+        obs_dim: size of ``observation``.
+        goal_dim: size of ``desired_goal``.
+        action_dim: size of the action.
         config: the algorithm's config dataclass.
         device: ``"auto"`` (cuda if available), ``"cpu"``, ``"cuda"`` or a ``torch.device``.
         n_threads: if given, ``torch.set_num_threads(n_threads)`` at construction.
@@ -281,7 +286,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         return torch.as_tensor(np.asarray(x), dtype=dtype, device=self.device)
 
     def batch_to_tensors(self, batch: Any) -> TensorBatch:
-        """Attributes (or mapping keys) of ``batch`` -> :class:`TensorBatch` on the device.
+        """Attributes (or mapping keys) of ``batch`` -> ``TensorBatch`` on the device.
 
         numpy arrays and torch tensors are both accepted; a missing ``weight`` means ones. Every ``update()``
         starts here, so this also puts the networks in train mode and marks the start of an update for CUDA graphs

@@ -1,9 +1,10 @@
 """DDPG for goal-conditioned tasks (Lillicrap et al. 2016) with the openai/baselines HER techniques.
 
-DDPG is TD3 (:mod:`her_agents.algos.td3`) with one critic, no target policy smoothing and no delay (Fujimoto et al.
+DDPG is TD3 (``her_agents.algos.td3``) with one critic, no target policy smoothing and no delay (Fujimoto et
+al.
 2018, Sec. 6.1 name the three pieces TD3 adds): one deterministic tanh actor, one critic, target networks with
 polyak averaging, target Q clipped to ``q_clip``, action L2 penalty on the actor's tanh output. Only the config differs;
-the update is :meth:`TD3Agent.update`.
+the update is [`TD3Agent.update`][her_agents.algos.td3.TD3Agent.update].
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["DDPGAgent", "DDPGConfig"]
 
 @dataclass
 class DDPGConfig(AgentConfig):
-    """DDPG options (see :class:`her_agents.algos.base.AgentConfig` for the shared ones)."""
+    """DDPG options (see [`her_agents.algos.base.AgentConfig`][] for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
@@ -36,14 +37,15 @@ class DDPGConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`AgentConfig.__post_init__`, and a negative ``action_l2``."""
+            ValueError: as ``AgentConfig.__post_init__``, and a negative ``action_l2``."""
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE})
 
 
 class DDPGAgent(TD3Agent):
-    """Goal-conditioned DDPG: :class:`TD3Agent` run with a :class:`DDPGConfig`. See
-    :class:`her_agents.algos.base.GoalConditionedAgentBase` for the constructor arguments."""
+    """Goal-conditioned DDPG: [`TD3Agent`][her_agents.algos.ddpg.TD3Agent] run with a
+    [`DDPGConfig`][her_agents.algos.ddpg.DDPGConfig]. See
+    [`her_agents.algos.base.GoalConditionedAgentBase`][] for the constructor arguments."""
 
     config: DDPGConfig
 

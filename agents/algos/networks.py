@@ -4,7 +4,7 @@ All actions live in ``[-1, 1]`` (the env wrapper rescales). Critics take ``(stat
 the normalized ``concat(observation, goal)``.
 
 Every network returns float32 even when called under ``torch.autocast`` (bf16 matmuls; see
-``AgentConfig.precision``): the last layer's output goes through :func:`full_precision`, so the tanh squashing,
+``AgentConfig.precision``): the last layer's output goes through ``full_precision``, so the tanh squashing,
 SAC's log-probabilities and everything the agents compute from the outputs stay float32.
 """
 
@@ -53,7 +53,7 @@ def mlp(
     activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Sequential:
     """``Linear -> [LayerNorm] -> activation`` per hidden layer, then a final ``Linear`` to ``out_dim``
-    (:class:`Linear` layers)."""
+    (``Linear`` layers)."""
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:
@@ -186,7 +186,7 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
         if member is not None:
-            # the bias added after the matmul, as in :class:`Linear`
+            # the bias added after the matmul, as in ``Linear``
             if self.n == 1:  # a view, whose backward is a view too (a select's backward fills a zero tensor)
                 return F.linear(x, self.weight.view(self.out_features, self.in_features)) + self.bias.view(-1)
             return F.linear(x, self.weight[member]) + self.bias[member, 0]
@@ -219,8 +219,8 @@ class EnsembleCritic(nn.Module):
     """``n_critics`` Q-networks evaluated in one pass: ``(state [B, S], action [B, A]) -> Q [n_critics, B]``.
 
     ``member=i`` evaluates only critic ``i`` (output ``[1, B]``), e.g. TD3's actor loss on ``Q_1``.
-    ``n_quantiles > 1``: each critic outputs that many quantiles of the return (TQC), ``[n_critics, B,
-    n_quantiles]`` (``[1, B, n_quantiles]`` for ``member=i``).
+    ``n_quantiles`` given (TQC): each critic outputs that many quantiles of the return, ``[n_critics, B,
+    n_quantiles]`` (``[1, B, n_quantiles]`` for ``member=i``), also for one quantile.
     """
 
     def __init__(
@@ -230,14 +230,14 @@ class EnsembleCritic(nn.Module):
         hidden: Sequence[int] = (256, 256, 256),
         n_critics: int = 2,
         layer_norm: bool = False,
-        n_quantiles: int = 1,
+        n_quantiles: int | None = None,
     ) -> None:
         super().__init__()
         self.n_critics, self.n_quantiles = n_critics, n_quantiles
         dims = [state_dim + action_dim, *hidden]
         self.linears = nn.ModuleList(EnsembleLinear(n_critics, i, o) for i, o in itertools.pairwise(dims))
         self.norms = nn.ModuleList(EnsembleLayerNorm(n_critics, o) for o in hidden) if layer_norm else None
-        self.head = EnsembleLinear(n_critics, dims[-1], n_quantiles)
+        self.head = EnsembleLinear(n_critics, dims[-1], n_quantiles or 1)
 
     def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None) -> torch.Tensor:
         if member is None and self.n_critics == 1:
@@ -253,6 +253,6 @@ class EnsembleCritic(nn.Module):
             # handles an in-place op on a view with a copy of the whole base
             h = h.relu_()
         q = full_precision(self.head(h, member))
-        if self.n_quantiles == 1:
+        if self.n_quantiles is None:
             q = q.squeeze(-1)
         return q if member is None else q.unsqueeze(0)

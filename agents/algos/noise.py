@@ -52,8 +52,10 @@ def colored_noise(beta: float, shape: tuple[int, ...], horizon: int, rng: np.ran
 
 class ColoredNoise:
     """Per-row exploration noise ``[n, dim]`` for an agent acting on ``n`` envs at once: each row follows its own
-    :func:`colored_noise` sequence of ``horizon`` steps, one step per :meth:`sample`, and draws a new sequence when
-    it reaches the end or when :meth:`reset` names it (the training loop does at the end of each episode, so that a
+    ``colored_noise`` sequence of ``horizon`` steps, one step per
+    [`sample`][her.buffer.HerReplayBuffer.sample], and draws a new sequence when
+    it reaches the end or when [`reset`][her.sb3.HerSB3ReplayBuffer.reset] names it (the training loop does at
+    the end of each episode, so that a
     sequence spans one episode, as in Eberhard et al. 2023).
 
     Args:
@@ -83,7 +85,7 @@ class ColoredNoise:
 
     def reset(self, rows: np.ndarray) -> None:
         """Start a new sequence for the rows where the bool mask ``rows`` (``[n]``) is set (a no-op before the
-        first :meth:`sample` or for a mask of another length)."""
+        first [`sample`][her.buffer.HerReplayBuffer.sample] or for a mask of another length)."""
         rows = np.asarray(rows, dtype=bool).reshape(-1)
         if rows.shape[0] == self._pos.shape[0] and rows.any():
             self._redraw(rows)

@@ -25,7 +25,7 @@ class RunningNormalizer:
         eps: floor on the standard deviation (baselines ``eps=1e-2``).
         clip_obs: raw inputs are clipped to ``[-clip_obs, clip_obs]`` before statistics and normalization.
         clip_range: normalized outputs are clipped to ``[-clip_range, clip_range]``.
-        device: device of the torch copies of ``mean``/``std`` used by :meth:`normalize`.
+        device: device of the torch copies of ``mean``/``std`` used by ``normalize``.
     """
 
     def __init__(
@@ -94,7 +94,7 @@ class RunningNormalizer:
         return ((x - self.mean_t) / self.std_t).clamp_(-self.clip_range, self.clip_range)
 
     def normalize_np(self, x: np.ndarray) -> np.ndarray:
-        """Numpy version of :meth:`normalize`, in float32 like it: ``[..., size]`` -> float32 ``[..., size]``."""
+        """Numpy version of ``normalize``, in float32 like it: ``[..., size]`` -> float32 ``[..., size]``."""
         # np.minimum/np.maximum: np.clip has a larger per-call overhead on the one-row arrays of acting
         x = np.maximum(np.asarray(x, dtype=np.float32), -self.clip_obs)
         np.minimum(x, self.clip_obs, out=x)

@@ -44,7 +44,7 @@ def config_class(algo: str) -> type[AgentConfig]:
     """The config dataclass of ``algo`` (``DDPGConfig``, ``TD3Config``, ``SACConfig``, ``TQCConfig``).
 
     Raises:
-        ValueError: as :func:`algo_name`.
+        ValueError: as ``algo_name``.
     """
     return AGENTS[algo_name(algo)][1]
 
@@ -60,8 +60,10 @@ def make_agent(algo: str, obs_dim: int, goal_dim: int, action_dim: int, config: 
 
     Args:
         algo: the algorithm's name (case-insensitive).
-        obs_dim, goal_dim, action_dim: sizes of the flat observation, goal and action.
-        config: the algorithm's config dataclass (e.g. from :func:`her_agents.config.agent_config`); then
+        obs_dim: size of the flat observation.
+        goal_dim: size of the goal.
+        action_dim: size of the action.
+        config: the algorithm's config dataclass (e.g. from [`her_agents.config.agent_config`][]); then
             ``kwargs`` may hold only ``device`` and ``n_threads``.
         kwargs: without ``config``, the algorithm's config fields (e.g. ``actor_lr=1e-3``,
             ``hidden=[256, 256, 256]``), validated by its dataclass; and ``device`` (``"auto"|"cpu"|"cuda"``)
@@ -95,13 +97,13 @@ def agent_from_checkpoint(state: dict[str, Any], device: str = "cpu", **override
     then loaded with its weights and normalizers.
 
     Args:
-        state: a checkpoint as :func:`her_agents.run.checkpoint.load_checkpoint` returns it.
+        state: a checkpoint as [`her_agents.run.checkpoint.load_checkpoint`][] returns it.
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         overrides: agent config fields replaced before the agent is built (e.g. ``compile=False`` for a short
             evaluation that would not pay back the compilation).
 
     Raises:
-        ValueError: as :func:`make_agent`, for an override it refuses.
+        ValueError: as [`make_agent`][her_agents.algos.registry.make_agent], for an override it refuses.
     """
     from her_envs import goal_env_spec  # agents may import envs; kept local so the registry stays light
 

@@ -1,6 +1,6 @@
 """SAC for goal-conditioned tasks (Haarnoja et al. 2018) with the openai/baselines HER input normalization.
 
-Squashed (tanh) Gaussian policy, twin critics as one batched :class:`EnsembleCritic`, soft target with the min
+Squashed (tanh) Gaussian policy, twin critics as one batched ``EnsembleCritic``, soft target with the min
 of the twin target critics, learned temperature with target entropy ``-action_dim`` (or a fixed ``alpha``).
 Target Q clipped to ``q_clip`` like DDPG/TD3. Exploration is the policy's own sampling: ``noise_std`` and
 ``random_eps`` default to 0 here.
@@ -27,7 +27,7 @@ __all__ = ["SACAgent", "SACConfig", "Temperature"]
 
 @dataclass
 class SACConfig(AgentConfig):
-    """SAC options (see :class:`her_agents.algos.base.AgentConfig` for the shared ones)."""
+    """SAC options (see [`her_agents.algos.base.AgentConfig`][] for the shared ones)."""
 
     noise_std: float = 0.0
     """Extra Gaussian noise in ``act(deterministic=False)`` on top of the policy's sampling (default none)."""
@@ -52,7 +52,7 @@ class SACConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`AgentConfig.__post_init__`, and a SAC option out of its range."""
+            ValueError: as ``AgentConfig.__post_init__``, and a SAC option out of its range."""
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "alpha": POSITIVE,
                             "alpha_lr": POSITIVE,
@@ -68,7 +68,8 @@ class Temperature(nn.Module):
 
 
 class SACAgent(GoalConditionedAgentBase):
-    """Goal-conditioned SAC. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+    """Goal-conditioned SAC. See [`GoalConditionedAgentBase`][her_agents.algos.sac.GoalConditionedAgentBase]
+    for the constructor arguments."""
 
     config: SACConfig
 
@@ -158,7 +159,7 @@ class SACAgent(GoalConditionedAgentBase):
 
     def actor_loss(self, s: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, log_prob [B])``: minimize ``alpha log pi(a|s) - V(s, a)`` with ``a ~ pi`` reparameterized
-        (Haarnoja et al. 2018, Eq. 12; ``V`` is :meth:`_actor_value`), plus ``action_l2 * mean(a^2)``."""
+        (Haarnoja et al. 2018, Eq. 12; ``V`` is ``_actor_value``), plus ``action_l2 * mean(a^2)``."""
         with self.autocast():
             pi, log_prob = self.actor(s)
             q_pi = self._actor_value(s, pi)

@@ -2,7 +2,7 @@
 
 Clipped double Q (min of the twin target critics), target policy smoothing (clipped Gaussian noise on the
 target action), actor and targets updated every ``policy_delay`` critic updates. The twin critics are one
-batched :class:`EnsembleCritic`. Target Q clipped to ``q_clip``; action L2 penalty on the actor.
+batched ``EnsembleCritic``. Target Q clipped to ``q_clip``; action L2 penalty on the actor.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["TD3Agent", "TD3Config", "smoothed_target_action"]
 
 @dataclass
 class TD3Config(AgentConfig):
-    """TD3 options (see :class:`her_agents.algos.base.AgentConfig` for the shared ones)."""
+    """TD3 options (see [`her_agents.algos.base.AgentConfig`][] for the shared ones)."""
 
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
@@ -43,7 +43,7 @@ class TD3Config(AgentConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`AgentConfig.__post_init__`, and a TD3 option out of its range."""
+            ValueError: as ``AgentConfig.__post_init__``, and a TD3 option out of its range."""
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "policy_noise": NON_NEGATIVE,
                             "noise_clip": NON_NEGATIVE, "policy_delay": AT_LEAST_ONE})
@@ -61,7 +61,8 @@ def smoothed_target_action(
 
 
 class TD3Agent(GoalConditionedAgentBase):
-    """Goal-conditioned TD3. See :class:`GoalConditionedAgentBase` for the constructor arguments."""
+    """Goal-conditioned TD3. See [`GoalConditionedAgentBase`][her_agents.algos.td3.GoalConditionedAgentBase]
+    for the constructor arguments."""
 
     config: TD3Config
 

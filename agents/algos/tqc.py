@@ -28,7 +28,8 @@ __all__ = ["TQCAgent", "TQCConfig", "quantile_huber_loss"]
 
 @dataclass
 class TQCConfig(SACConfig):
-    """TQC options: SAC's (:class:`her_agents.algos.sac.SACConfig`; ``n_critics`` is the number of quantile critics)
+    """TQC options: SAC's ([`her_agents.algos.sac.SACConfig`][]; ``n_critics`` is the number of quantile
+    critics)
     and the quantile ones."""
 
     n_quantiles: int = 25
@@ -39,7 +40,7 @@ class TQCConfig(SACConfig):
 
     def __post_init__(self) -> None:
         """Raises:
-            ValueError: as :meth:`SACConfig.__post_init__`, and a quantile option out of its range."""
+            ValueError: as ``SACConfig.__post_init__``, and a quantile option out of its range."""
         super().__post_init__()
         check_ranges(self, {
             "n_quantiles": AT_LEAST_ONE,
@@ -71,8 +72,9 @@ def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, weight: t
 
 
 class TQCAgent(SACAgent):
-    """Goal-conditioned TQC. See :class:`her_agents.algos.base.GoalConditionedAgentBase` for the constructor
-    arguments; the update returns what :meth:`SACAgent.update` returns, with ``q_mean`` the mean atom and
+    """Goal-conditioned TQC. See [`her_agents.algos.base.GoalConditionedAgentBase`][] for the constructor
+    arguments; the update returns what [`SACAgent.update`][her_agents.algos.sac.SACAgent.update] returns, with
+    ``q_mean`` the mean atom and
     ``td_error`` ``|mean(target atoms) - mean(quantiles)|`` per sample (``[B]``, averaged over the critics)."""
 
     config: TQCConfig

@@ -12,7 +12,7 @@ Launch with ``dist.mode=actor_learner`` under torchrun; rank 0 is the learner, r
   ``train.warmup_steps / n_actors`` steps of each actor use uniform random actions.
 - **The learner** owns the replay (HER relabeling; prioritized and n-step when configured), the agent, the
   evaluation, the log (stdout, ``metrics.csv``, W&B) and the checkpoints. The RPC target
-  :func:`_rpc_add_episode` puts an episode in a queue; the learner thread drains it between updates and calls
+  ``_rpc_add_episode`` puts an episode in a queue; the learner thread drains it between updates and calls
   ``storage.add_episode`` (a prioritized sampler gives the new transitions the maximum priority on add) and
   updates the normalizers with relabeled samples of the episode, like the single-process loop. Keeping every
   storage/sampler call on the learner thread avoids locking the numpy structures. It does
@@ -58,6 +58,7 @@ from ..loop import (EvalLog, LoopHooks, TrainingState, TrainResult, UpdateSchedu
                     choose_action, collect_step, learn_step, normalize_from_episode)
 from ..loop.train import new_counters, open_run_dir, save_training_state, seed_everything
 from ..run.logger import RunLogger
+from ..run.run_control import LaunchError
 from .distributed import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
 
@@ -346,7 +347,7 @@ def _init_rpc(cfg: Config, rank: int, world: int) -> None:
     try:
         rpc.init_rpc(_worker_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
     except Exception as exc:
-        raise RuntimeError(
+        raise LaunchError(
             f"rank {rank}: could not join the RPC group of WORLD_SIZE={world} at "
             f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({type(exc).__name__}: {exc}). "
             "Check that every rank was started and the address is reachable."

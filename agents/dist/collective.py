@@ -1,6 +1,7 @@
 """The few collective operations data-parallel training needs, over ``torch.distributed``'s default group.
 
-:class:`~her_agents.dist.distributed.DistContext` talks to the other ranks only through a :class:`Collective`:
+[`DistContext`][her_agents.dist.distributed.DistContext] talks to the other ranks only through a
+``Collective``:
 numbers travel as float64 tensors on the group's device (gloo: CPU, nccl: the rank's GPU), Python objects
 through pickling. Every call is a collective: all ranks make it, in the same order.
 """

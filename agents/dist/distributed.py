@@ -6,29 +6,39 @@ Launch (one machine, 2 processes)::
     torchrun --standalone --nproc_per_node=2 -m her_agents.cli fetch_push_ddpg train.total_env_steps=100000
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Without them
-(plain ``her-train``) :func:`train_data_parallel` runs the single-process loop.
+(plain ``her-train``) [`train_data_parallel`][her_agents.dist.distributed.train_data_parallel] runs the
+single-process loop.
 
-Every rank runs the plain loop (``her_agents.loop.train.train``) with a :class:`DistContext` as its
-:class:`~her_agents.loop.train.LoopHooks`, and trains a :class:`DataParallelAgent` wrapped around its agent.
+Every rank runs the plain loop (``her_agents.loop.train.train``) with a
+[`DistContext`][her_agents.dist.distributed.DistContext] as its
+[`LoopHooks`][her_agents.loop.train.LoopHooks], and trains a
+[`DataParallelAgent`][her_agents.dist.distributed.DataParallelAgent] wrapped around its agent.
 A one-process run never enters this code, and the context reaches the other ranks only through the few
-operations of :class:`~her_agents.dist.collective.Collective`:
+operations of ``Collective``:
 
-- :func:`init_distributed`: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
-  GPU) within ``dist.timeout_s``; :meth:`DistContext.prepare_config`: all ranks must hold the same resolved
+- ``init_distributed``: checks the rendezvous env vars, forms the process group (gloo on CPU, nccl on
+  GPU) within ``dist.timeout_s``;
+  [`DistContext.prepare_config`][her_agents.dist.distributed.DistContext.prepare_config]: all ranks must hold
+  the same resolved
   config (a hash is all-gathered; a mismatch names the ranks and keys that differ), then ``train.seed`` becomes
   ``seed + rank`` so every rank's envs, exploration noise and replay sampling differ;
-- :meth:`DistContext.wrap_agent`: rank 0's networks (and normalizers) are broadcast to all ranks; an
+- [`DistContext.wrap_agent`][her_agents.dist.distributed.DistContext.wrap_agent]: rank 0's networks (and
+  normalizers) are broadcast to all ranks; an
   optimizer step pre-hook averages the gradients of every optimizer of the agent (one flattened all-reduce per
   optimizer step), so DDPG/TD3/SAC ``update()`` run unchanged and all ranks keep identical parameters; the
   wrapper's ``update_normalizer`` only records the local (sum, sumsq, count) deltas;
-- :meth:`DistContext.before_updates`: before each block of updates (a fixed point: every rank reaches it at the
+- [`DistContext.before_updates`][her_agents.dist.distributed.DistContext.before_updates]: before each block of
+  updates (a fixed point: every rank reaches it at the
   same env step) the ranks all-gather their normalizer deltas (added in rank order: bit-identical statistics
   everywhere), whether they can learn and how many updates are pending (the minimum wins), so the number of
   updates, hence of gradient all-reduces, is the same on every rank and nobody deadlocks, also with episodes of
-  variable length; a SIGINT / SIGTERM on any rank stops all of them at the next block (:meth:`should_stop`);
-- :meth:`DistContext.average_eval`: evaluation metrics are averaged over ranks (each rank evaluates
+  variable length; a SIGINT / SIGTERM on any rank stops all of them at the next block
+  ([`should_stop`][her_agents.dist.distributed.DistContext.should_stop]);
+- [`DistContext.average_eval`][her_agents.dist.distributed.DistContext.average_eval]: evaluation metrics are
+  averaged over ranks (each rank evaluates
   ``train.eval_episodes`` episodes on its own eval envs); rank 0 alone logs (stdout, ``metrics.csv``, W&B);
-- :meth:`DistContext.save_checkpoint`: each rank's own state (RNGs, env RNGs, replay schedules, pending
+- [`DistContext.save_checkpoint`][her_agents.dist.distributed.DistContext.save_checkpoint]: each rank's own
+  state (RNGs, env RNGs, replay schedules, pending
   updates and normalizer deltas) is gathered into rank 0's ``checkpoint.pt``, and each rank writes its own
   replay (``replay.npz`` for rank 0, ``replay-rank<r>.npz``) with ``log.save_replay``, in the crash-safe order
   of ``her_agents.run.checkpoint``; a resume restores every rank's own state and refuses another world size.
@@ -69,13 +79,11 @@ from ..algos.base import Agent
 from ..algos.normalizer import RunningNormalizer
 from ..config import Config, config_dict
 from ..loop.train import LoopHooks, TrainResult, UpdateSchedule, train
+from ..run.run_control import LaunchError, launch_int
 from ..run.checkpoint import (
-    REPLAY_FILE,
-    commit_replay,
-    load_replay_arrays,
+    ReplayFiles,
     replay_name,
     save_checkpoint,
-    write_pending_replay,
 )
 from .collective import Collective
 
@@ -101,28 +109,29 @@ def rendezvous_env() -> dict[str, Any]:
     """``rank``, ``world_size``, ``local_rank`` from the env (1 process without ``WORLD_SIZE``).
 
     Raises:
-        RuntimeError: ``WORLD_SIZE > 1`` but a rendezvous variable is missing or malformed.
+        LaunchError: ``WORLD_SIZE > 1`` but a rendezvous variable is missing or malformed.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    world = launch_int("WORLD_SIZE", 1)
     if world <= 1:
         return {"rank": 0, "world_size": 1, "local_rank": 0}
     missing = [k for k in RENDEZVOUS_VARS if not os.environ.get(k)]
     if missing:
-        raise RuntimeError(
+        raise LaunchError(
             f"WORLD_SIZE={world} but the rendezvous variable(s) {missing} are not set. Launch with torchrun, "
             "e.g. `torchrun --standalone --nproc_per_node=2 -m her_agents.cli ...` (one machine) or "
             "`torchrun --nnodes=2 --node_rank=N --nproc_per_node=G --rdzv_backend=c10d "
             "--rdzv_endpoint=HOST:PORT -m her_agents.cli ...`, or set all of RANK, WORLD_SIZE, MASTER_ADDR, "
             "MASTER_PORT (or unset WORLD_SIZE for a single process)."
         )
-    rank = int(os.environ["RANK"])
+    rank = launch_int("RANK", 0)
     if not 0 <= rank < world:
-        raise RuntimeError(f"RANK={rank} is outside [0, WORLD_SIZE={world})")
-    return {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0)}
+        raise LaunchError(f"RANK={rank} is outside [0, WORLD_SIZE={world})")
+    return {"rank": rank, "world_size": world, "local_rank": launch_int("LOCAL_RANK", 0)}
 
 
 def flat_config(cfg: Config | dict) -> dict[str, Any]:
-    """The resolved config (a :class:`Config`, or :func:`config_dict`'s plain data) as ``{"dotted.key": value}``."""
+    """The resolved config (a [`Config`][her_agents.dist.distributed.Config], or
+    [`config_dict`][her_agents.dist.distributed.config_dict]'s plain data) as ``{"dotted.key": value}``."""
     c = config_dict(cfg) if isinstance(cfg, Config) else cfg
     out: dict[str, Any] = {}
 
@@ -169,7 +178,9 @@ def config_mismatch_message(flats: list[dict[str, Any]], digests: list[str], wha
 class DataParallelAgent:
     """An agent as one data-parallel rank trains it: every call goes to the wrapped agent, except
     ``update_normalizer``, which records this rank's statistics in ``deltas`` (``{normalizer name: [sum,
-    sumsq, count]}``, float64) for :meth:`DistContext.before_updates` to merge across ranks."""
+    sumsq, count]}``, float64) for
+    [`DistContext.before_updates`][her_agents.dist.distributed.DistContext.before_updates] to merge across
+    ranks."""
 
     def __init__(self, agent: Agent, deltas: dict[str, list[np.ndarray]]) -> None:
         self.agent = agent
@@ -190,6 +201,11 @@ class DataParallelAgent:
     @property
     def num_updates(self) -> int:
         return self.agent.num_updates
+
+    @property
+    def config(self) -> Any:
+        """The wrapped agent's config (the loop reads ``q_clip`` from it to notice diverged networks)."""
+        return getattr(self.agent, "config", None)
 
     def act(self, observation: np.ndarray, desired_goal: np.ndarray, deterministic: bool = False) -> np.ndarray:
         return self.agent.act(observation, desired_goal, deterministic)
@@ -231,8 +247,8 @@ class DataParallelAgent:
 @dataclass
 class DistContext(LoopHooks):
     """The data-parallel hooks of the training loop for one rank of a process group of ``world_size > 1``
-    (a one-process run never builds one: :func:`init_distributed` returns None). It reaches the other ranks
-    only through :attr:`comm`."""
+    (a one-process run never builds one: ``init_distributed`` returns None). It reaches the other ranks
+    only through ``comm``."""
 
     comm: Collective
     local_rank: int = 0
@@ -285,7 +301,8 @@ class DistContext(LoopHooks):
 
     def wrap_agent(self, agent: Agent) -> Agent:
         """Broadcast rank 0's networks and normalizers, hook gradient averaging into the optimizers; the
-        returned :class:`DataParallelAgent` records normalizer statistics for :meth:`before_updates`."""
+        returned [`DataParallelAgent`][her_agents.dist.distributed.DataParallelAgent] records normalizer
+        statistics for [`before_updates`][her_agents.dist.distributed.DistContext.before_updates]."""
         self.agent = agent
         with torch.no_grad():
             for module in agent.networks().values():
@@ -371,21 +388,26 @@ class DistContext(LoopHooks):
             for acc, saved in zip(self._pending[n], arrays):
                 acc[...] = saved
 
+    @property
+    def replay_name(self) -> str:  # type: ignore[override]
+        """This rank's replay files (``her_agents.run.checkpoint.replay_name``)."""
+        return replay_name(self.rank)
+
     def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
-                        replay_arrays: dict[str, np.ndarray] | None) -> None:
+                        replay: ReplayFiles) -> None:
         """Every rank's ``own`` state gathered into rank 0's ``checkpoint.pt`` (``ranks``, in rank order), each
-        rank's replay in its own file (:func:`her_agents.run.checkpoint.replay_name`): all pending replays are
-        written before the checkpoint, renamed after it, so every kill point leaves matching files.
+        rank's replay in its own files (``her_agents.run.checkpoint.ReplayFiles``): every rank prepares its
+        replay before the checkpoint and commits it after, so every kill point leaves matching files.
 
         Raises:
-            OSError (or what the failing write raised): this rank's write failed; RuntimeError: another rank's
-            did (the previous checkpoint stays valid).
+            OSError: this rank's write failed (or what the failing write raised).
+            RuntimeError: another rank's write failed (the previous checkpoint stays valid).
         """
-        name, steps = replay_name(self.rank), int(shared["counters"]["env_steps"])
-        pending, error = None, None
+        steps = int(shared["counters"]["env_steps"])
+        error = None
         try:
-            if replay_arrays is not None:
-                pending = write_pending_replay(run_dir, replay_arrays, steps, name)
+            if replay.saving:
+                own = {**own, **replay.prepare(steps)}
         except Exception as exc:
             error = exc
         parts = self.comm.gather_object((own, error is None))
@@ -398,20 +420,18 @@ class DistContext(LoopHooks):
             except Exception as exc:
                 error = exc
         if not self.share(written):
-            if pending is not None:
-                pending.unlink(missing_ok=True)  # the previous checkpoint and replays stay a matching set
+            if replay.saving:
+                replay.abort()  # the previous checkpoint and replays stay a matching set
             raise error or RuntimeError(f"rank {self.rank}: no checkpoint written at {steps} env steps: another "
                                         "rank could not write its part (see its error)")
-        if pending is not None:
-            commit_replay(pending, name)
-        else:  # a replay of an overwritten run or of earlier checkpoints: not this state
-            (run_dir / (REPLAY_FILE if self.rank == 0 else f"{name}.npz")).unlink(missing_ok=True)
+        if replay.saving:
+            replay.commit()
+        else:  # replay files of an overwritten run or of earlier checkpoints: not this state
+            replay.remove()
 
-    def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                             dict[str, np.ndarray] | None]:
-        """This rank's entry of ``state["ranks"]`` and its own replay file."""
-        own = state["ranks"][self.rank] if "ranks" in state else state  # an older checkpoint: rank 0's for all
-        return own, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]), replay_name(self.rank))
+    def checkpoint_part(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This rank's entry of ``state["ranks"]``."""
+        return state["ranks"][self.rank] if "ranks" in state else state  # an older checkpoint: rank 0's for all
 
     # ------------------------------------------------------------------ end
     def dump(self) -> None:
@@ -457,7 +477,8 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
         timeout_s: how long to wait for all ranks at the rendezvous (and for each collective).
 
     Raises:
-        RuntimeError: ``WORLD_SIZE > 1`` with missing rendezvous variables, or the group could not form in time.
+        LaunchError: ``WORLD_SIZE > 1`` with missing rendezvous variables, ``nccl`` without a CUDA GPU for this
+            rank, or the group could not form in time.
     """
     env = rendezvous_env()
     if env["world_size"] == 1:
@@ -467,13 +488,20 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not dist.is_nccl_available() or env["local_rank"] >= gpus:
+            have = ("this torch has no NCCL" if not dist.is_nccl_available() else
+                    f"LOCAL_RANK={env['local_rank']} but this machine has {gpus} CUDA GPU(s)")
+            raise LaunchError(f"rank {rank}: dist.backend=nccl needs a CUDA GPU per process on each node and a torch "
+                              f"built with NCCL ({have}): use dist.backend=gloo (or auto), or launch at most as "
+                              "many processes per node as it has GPUs")
         device = torch.device("cuda", env["local_rank"])
         torch.cuda.set_device(device)
     ctx = DistContext(Collective(rank, world, device), local_rank=env["local_rank"], backend=backend,
                       timeout_s=timeout_s)
     if dist.is_initialized():  # someone else formed it (e.g. a test harness): use it, do not destroy it
         if dist.get_world_size() != world or dist.get_rank() != rank:
-            raise RuntimeError(f"a process group of world size {dist.get_world_size()} / rank {dist.get_rank()} "
+            raise LaunchError(f"a process group of world size {dist.get_world_size()} / rank {dist.get_rank()} "
                                f"exists but the env says WORLD_SIZE={world} RANK={rank}")
         return ctx
     where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
@@ -488,7 +516,7 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
     except Exception as exc:
         if dist.is_initialized():
             dist.destroy_process_group()
-        raise RuntimeError(
+        raise LaunchError(
             f"rank {rank}: could not form the {backend} process group of WORLD_SIZE={world} at "
             f"{where} within {timeout_s:.0f} s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})."
             " Check that every rank was started (same --nproc_per_node/--nnodes), that MASTER_ADDR/MASTER_PORT "
@@ -500,10 +528,11 @@ def init_distributed(backend: str = "auto", timeout_s: float = 300.0) -> DistCon
 
 def train_data_parallel(cfg: Config, resume: str | None = None, overwrite: bool = False) -> TrainResult:
     """This rank's part of a data-parallel run under torchrun (``her_agents.loop.train.train`` with a
-    :class:`DistContext`); the plain single-process loop without torchrun's env vars.
+    [`DistContext`][her_agents.dist.distributed.DistContext]); the plain single-process loop without
+    torchrun's env vars.
 
     Raises:
-        RuntimeError: a rendezvous that cannot form (see :func:`init_distributed`).
+        LaunchError: a rendezvous that cannot form (see ``init_distributed``).
         ValueError: the ranks hold different configs, and what ``train`` raises.
     """
     ctx = init_distributed(cfg.dist.backend, cfg.dist.timeout_s)

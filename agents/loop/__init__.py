@@ -1,5 +1,5 @@
 """The training loop of one process (``train``: collect, learn, evaluate, checkpoint) and its steps on a vector
-env (``collect``); the pieces are public for the multi-process wrappers in :mod:`her_agents.dist`.
+env (``collect``); the pieces are public for the multi-process wrappers in [`her_agents.dist`][].
 
 The loop itself, ``her_agents.train`` (``her_agents.loop.train.train``), is not bound here: ``train`` here is
 the module, so that ``her_agents.loop.train.<name>`` (imports, ``monkeypatch``) reaches it."""

@@ -3,6 +3,7 @@ collect one env step into the storage, and learn from one HER batch."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import gymnasium as gym
@@ -12,7 +13,33 @@ import her
 from ..algos.base import Agent
 from her_envs import GoalEnvSpec, VectorStep, check_rewards, split_autoreset, step_info
 
-__all__ = ["choose_action", "choose_behaviour_goals", "collect_step", "learn_step", "normalize_from_episode"]
+__all__ = ["DIVERGED_Q_FACTOR", "NetworksDiverged", "check_finite_actions", "choose_action", "choose_behaviour_goals", "collect_step",
+           "learn_step", "normalize_from_episode"]
+
+
+DIVERGED_Q_FACTOR = 1000.0
+"""A critic whose mean Q is this many times farther from zero than the largest return the env allows
+(``agent.q_clip``) has diverged: a healthy one overshoots that range by a fraction of it."""
+
+
+class NetworksDiverged(FloatingPointError):
+    """An update's loss, or the policy's action, is not finite: the networks diverged (most often a learning rate
+    far too large), and training on would only store NaN actions and weights.
+
+    Attributes: ``what`` (e.g. ``"critic_loss is nan"``), ``updates`` (the agent's update count then).
+    """
+
+    def __init__(self, what: str, updates: int) -> None:
+        self.what, self.updates = what, updates
+        super().__init__(f"the networks diverged ({what} after {updates} update{'' if updates == 1 else 's'})")
+
+
+def check_finite_actions(agent: Agent, action: np.ndarray) -> np.ndarray:
+    """``action`` itself; raises ``NetworksDiverged`` when an entry is NaN or infinite."""
+    if not np.isfinite(action).all():
+        raise NetworksDiverged("the policy's action is " + ("nan" if np.isnan(action).any() else "inf"),
+                               int(agent.num_updates))
+    return action
 
 
 def choose_action(agent: Agent, obs: dict[str, np.ndarray], spec: GoalEnvSpec, n_envs: int, warmup: bool,
@@ -21,7 +48,7 @@ def choose_action(agent: Agent, obs: dict[str, np.ndarray], spec: GoalEnvSpec, n
     onto the env's bounds), else the agent's exploring action; float32 [n_envs, action_dim]."""
     if warmup:
         return rng.uniform(-1.0, 1.0, (n_envs, spec.action_dim)).astype(np.float32)
-    return agent.act(obs["observation"], obs["desired_goal"], deterministic=False)
+    return check_finite_actions(agent, agent.act(obs["observation"], obs["desired_goal"], deterministic=False))
 
 
 def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: np.ndarray,
@@ -49,14 +76,29 @@ def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: 
 
 def learn_step(agent: Agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]]) -> None:
     """Sample a batch, update the agent, feed its TD errors back to the sampler (prioritized replay) and append
-    the scalar metrics to ``metrics``."""
+    the scalar metrics to ``metrics``.
+
+    Raises:
+        NetworksDiverged: a metric (a loss, ``q_mean``...) is NaN or infinite, or ``q_mean`` lies
+            ``DIVERGED_Q_FACTOR`` times farther from zero than the returns' range ``agent.config.q_clip``
+            allows; checked on the values read back anyway, before the TD errors reach the sampler.
+    """
     batch = replay.sample(batch_size)
     m = agent.update(batch)
+    values = {k: float(v) for k, v in m.items() if k != "td_error"}
+    for k, v in values.items():
+        if not math.isfinite(v):
+            raise NetworksDiverged(f"{k} is {v}", int(agent.num_updates))
+    q_clip = getattr(getattr(agent, "config", None), "q_clip", None)
+    if q_clip is not None and "q_mean" in values:
+        lo, hi = float(q_clip[0]), float(q_clip[1])
+        if abs(values["q_mean"]) > DIVERGED_Q_FACTOR * max(abs(lo), abs(hi), 1.0):
+            raise NetworksDiverged(f"q_mean is {values['q_mean']:.3g} where the returns lie in [{lo:g}, {hi:g}]",
+                                   int(agent.num_updates))
     if replay.prioritized:  # a uniform buffer refuses priorities
         replay.update_priorities(batch.index, m["td_error"])
-    for k, v in m.items():
-        if k != "td_error":
-            metrics.setdefault(k, []).append(float(v))
+    for k, v in values.items():
+        metrics.setdefault(k, []).append(v)
 
 
 def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int, T: int, relabeled: bool = True
@@ -75,7 +117,8 @@ def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int
 def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: gym.vector.VectorEnv,
                            obs: dict[str, np.ndarray], starting: np.ndarray, share: float,
                            goals: her.MinDensityGoals, rng: np.random.Generator) -> np.ndarray:
-    """Give a behaviour goal (``goals.select``, the agent's :meth:`value` as its cutoff) to each env of bool mask
+    """Give a behaviour goal (``goals.select``, the agent's [`value`][her_agents.algos.base.Agent.value] as
+    its cutoff) to each env of bool mask
     ``starting [n_envs]`` (its episode just began at ``obs``) with probability ``share`` (all of their env goals go
     to ``goals.observe_desired`` first): the env pursues it
     (``her_envs.BehaviourGoal``) and ``obs["desired_goal"]`` is updated in place. Returns the bool mask

@@ -1,13 +1,17 @@
 """The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
 
-``train(cfg)`` is :func:`start_run` (set-up, resume) and then a loop of named steps: per env step
-:func:`collect` (act -> step -> store) and :func:`learn` (the due updates); every ``train.eval_every`` env steps
-:func:`evaluate_and_checkpoint` (log to stdout, metrics.csv, W&B; checkpoint atomically). It runs in one
-process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through :class:`LoopHooks`.
+``train(cfg)`` is ``start_run`` (set-up, resume) and then a loop of named steps: per env step
+[`collect`][her_agents.loop.train.UpdateSchedule.collect] (act -> step -> store) and ``learn`` (the due
+updates); every ``train.eval_every`` env steps
+``evaluate_and_checkpoint`` (log to stdout, metrics.csv, W&B; checkpoint atomically). It runs in one
+process; ``her_agents.dist.distributed`` runs it data-parallel under torchrun through
+[`LoopHooks`][her_agents.loop.train.LoopHooks].
 
 The loop's pieces are public, and the Ape-X learner (``her_agents.dist.actor_learner``) is built from them:
-:func:`build_agent` / :func:`build_replay`, :func:`open_run_dir`, :class:`UpdateSchedule` (how many updates
-are due), :class:`EvalLog` (evaluate and log a row), :class:`TrainingState` with :func:`save_training_state`
+[`build_agent`][her_agents.loop.train.build_agent] / [`build_replay`][her_agents.loop.train.build_replay],
+``open_run_dir``, [`UpdateSchedule`][her_agents.loop.train.UpdateSchedule] (how many updates
+are due), [`EvalLog`][her_agents.loop.train.EvalLog] (evaluate and log a row),
+[`TrainingState`][her_agents.loop.train.TrainingState] with ``save_training_state``
 (what a checkpoint holds, and writing it).
 """
 
@@ -31,23 +35,30 @@ from ..algos.base import Agent, q_clip_for_env
 from ..algos.registry import make_agent
 from ..config import Config, agent_config, check_device, config_dict, config_yaml
 from ..run.checkpoint import (
-    REPLAY_FILE,
+    ReplayFiles,
     check_world_size,
-    flatten_arrays,
     load_checkpoint,
     load_process_rng_state,
-    load_replay_arrays,
     load_replay_schedule,
     process_rng_state,
     replay_schedule,
-    save_run_state,
-    unflatten_arrays,
+    save_checkpoint,
     write_atomic,
 )
 from ..run.logger import NullLogger, RunLogger
-from ..run.run_control import GracefulStop, RunDirLock, TrainingStopped, prepare_run_dir
-from .collect import choose_action, choose_behaviour_goals, collect_step, learn_step, normalize_from_episode
+from ..run.run_control import GracefulStop, RunDirLock, RunFailed, TrainingStopped, prepare_run_dir
+from ..tools import allocation_failure
+from .collect import (
+    NetworksDiverged,
+    check_finite_actions,
+    choose_action,
+    choose_behaviour_goals,
+    collect_step,
+    learn_step,
+    normalize_from_episode,
+)
 from her_envs import (
+    EnvWorkerDied,
     GoalEnvSpec,
     goal_env_spec,
     make_vector_env,
@@ -65,6 +76,7 @@ __all__ = [
     "UpdateSchedule",
     "build_agent",
     "build_replay",
+    "check_finite_parameters",
     "evaluate",
     "new_counters",
     "open_run_dir",
@@ -108,7 +120,7 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
 
     Raises:
         ValueError: an option the agent refuses, a ``q_clip`` that excludes the env's rewards, a device the
-            machine does not have.
+            machine does not have, networks (``agent.hidden``) too large for its memory.
     """
     configured = {} if "q_clip" in cfg.agent_unset else {"configured": cfg.agent.q_clip}
     q_clip = q_clip_for_env(spec.reward_range, cfg.train.gamma, cfg.env.id, **configured)
@@ -118,8 +130,15 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     config = agent_config(cfg, seed=cfg.train.seed if seed is None else seed, q_clip=q_clip, **derived)
     device = cfg.train.device if device is None else device
     check_device(device)
-    agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config, device=device,
-                       n_threads=cfg.train.torch_threads)
+    try:
+        agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config,
+                           device=device, n_threads=cfg.train.torch_threads)
+    except (RuntimeError, MemoryError) as exc:
+        asked = allocation_failure(exc)
+        if asked is None:
+            raise
+        raise ValueError(f"agent.hidden={list(cfg.agent.hidden)}: the networks do not fit in memory (torch asked "
+                         f"for {asked} at once for one layer): use smaller layers") from None
     return agent, (None if configured else spec.reward_range)
 
 
@@ -165,7 +184,7 @@ def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuf
 
 def open_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool,
                  algo_name: str | None = None) -> RunDirLock:
-    """Pick, create and lock the run directory (:func:`her_agents.run.run_control.prepare_run_dir`; the default
+    """Pick, create and lock the run directory ([`her_agents.run.run_control.prepare_run_dir`][]; the default
     name has ``algo_name``, default ``algo``) and write the resolved config to ``config.yaml`` in it (a resume
     rewrites it with its overrides). Returns the held lock; ``.run_dir`` is the directory.
 
@@ -205,7 +224,7 @@ class UpdateSchedule:
     pending: float = 0.0
     """Updates earned and not done yet."""
     can_learn: bool = False
-    """Whether the last :meth:`collect` allowed updates."""
+    """Whether the last [`collect`][her_agents.loop.train.UpdateSchedule.collect] allowed updates."""
 
     def collect(self, n_steps: int, env_steps: int, can_sample: bool = True) -> None:
         """Earn the updates of ``n_steps`` new env steps; ``env_steps``: the run's count after them."""
@@ -248,7 +267,7 @@ def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int
     returns: list[float] = []
     ep_return = np.zeros(n)
     while (finished < share).any():
-        action = agent.act(obs["observation"], obs["desired_goal"], deterministic=True)
+        action = check_finite_actions(agent, agent.act(obs["observation"], obs["desired_goal"], deterministic=True))
         obs, reward, terminated, truncated, infos = env.step(action)
         ep_return += reward
         step = split_autoreset(obs, terminated, truncated, infos)
@@ -268,10 +287,13 @@ def evaluate(agent: Agent, env: gym.vector.VectorEnv, n_episodes: int, seed: int
 
 
 class LoopHooks:
-    """Where a multi-process wrapper plugs into :func:`train`; these defaults are the single process's.
+    """Where a multi-process wrapper plugs into [`train`][her_agents.loop.train.train]; these defaults are the
+    single process's.
 
     ``her_agents.dist.distributed.DistContext`` subclasses it for data-parallel training. The loop calls
-    :meth:`should_stop` once per env step and :meth:`before_updates` once per block of updates; the others at
+    [`should_stop`][her_agents.loop.train.LoopHooks.should_stop] once per env step and
+    [`before_updates`][her_agents.loop.train.LoopHooks.before_updates] once per block of updates; the others
+    at
     set-up, evaluations and checkpoints.
     """
 
@@ -296,7 +318,8 @@ class LoopHooks:
         """At each block of updates, before ``schedule.take()``."""
 
     def average_eval(self, ev: dict[str, float]) -> dict[str, float]:
-        """The evaluation result a row logs (:func:`evaluate` of this process's eval envs)."""
+        """The evaluation result a row logs ([`evaluate`][her_agents.loop.train.evaluate] of this process's
+        eval envs)."""
         return ev
 
     def row_extras(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -310,32 +333,38 @@ class LoopHooks:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    replay_name: str = "replay"
+    """This process's replay files (``her_agents.run.checkpoint.replay_name``)."""
+
     def save_checkpoint(self, run_dir: Path, shared: dict[str, Any], own: dict[str, Any],
-                        replay_arrays: dict[str, np.ndarray] | None) -> None:
+                        replay: ReplayFiles) -> None:
         """Write ``shared`` (the agent, config, counters: the same on every process) and this process's ``own``
-        state to ``checkpoint.pt``, and ``replay_arrays`` (flat, or None without ``log.save_replay``) to
-        ``replay.npz``, atomically and as a matching pair (``her_agents.run.checkpoint``)."""
-        save_run_state(run_dir, {**shared, **own, "world_size": 1}, replay_arrays)
-        if replay_arrays is None:  # a replay.npz of an overwritten run or of earlier checkpoints: not this state
-            (run_dir / REPLAY_FILE).unlink(missing_ok=True)
+        state to ``checkpoint.pt``, with ``replay`` (or without: ``replay.saving`` False, ``log.save_replay``
+        off) in the crash-safe order of ``her_agents.run.checkpoint.ReplayFiles``."""
+        if not replay.saving:  # replay files of an overwritten run or of earlier checkpoints: not this state
+            save_checkpoint(run_dir / "checkpoint.pt", {**shared, **own, "world_size": 1})
+            replay.remove()
+            return
+        own = {**own, **replay.prepare(int(shared["counters"]["env_steps"]))}
+        try:
+            save_checkpoint(run_dir / "checkpoint.pt", {**shared, **own, "world_size": 1})
+        except BaseException:
+            replay.abort()
+            raise
+        replay.commit()
 
-    def checkpoint_part(self, run_dir: Path, state: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                             dict[str, np.ndarray] | None]:
-        """This process's own state in ``state`` (a loaded ``checkpoint.pt`` of a run of as many processes)
-        and its replay arrays (None when the run saved none).
-
-        Raises:
-            ValueError: a replay file that does not belong to the checkpoint or cannot be read.
-        """
-        return state, load_replay_arrays(run_dir, int(state["counters"]["env_steps"]))
+    def checkpoint_part(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This process's own state in ``state`` (a loaded ``checkpoint.pt`` of a run of as many processes)."""
+        return state
 
 
 class EvalLog:
     """The evaluation rows of a run and what they report of the env steps since the previous evaluation: the
-    exploring policy's episode successes (:attr:`train_successes`), the updates' scalar metrics
-    (:attr:`metrics`, the ``metrics`` argument of ``learn_step``), env steps/s and wall time.
+    exploring policy's episode successes (``train_successes``), the updates' scalar metrics
+    (``metrics``, the ``metrics`` argument of ``learn_step``), env steps/s and wall time.
 
-    ``counters``: the run's counters (:func:`new_counters`); :meth:`log` advances ``evals`` and ``wall_time``.
+    ``counters``: the run's counters (``new_counters``); [`log`][her_agents.loop.train.EvalLog.log] advances
+    ``evals`` and ``wall_time``.
     """
 
     def __init__(self, counters: dict[str, Any]) -> None:
@@ -401,8 +430,8 @@ class EvalLog:
 class TrainingState:
     """The objects a checkpoint saves and a resume restores (the config aside).
 
-    Shared by all processes of a run (:meth:`shared`): the agent and the counters. Each process's own
-    (:meth:`own`): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
+    Shared by all processes of a run (``shared``): the agent and the counters. Each process's own
+    (``own``): its RNGs (the loop's, torch's, the agent's exploration noise), the training envs' RNGs at
     the start of their current episodes and the eval envs' RNGs, the replay's schedules, the pending updates,
     the evaluation window and the hooks' state; the replay storage goes in a file of its own.
     ``rng`` and ``env`` are None in a process without training envs (the Ape-X learner).
@@ -425,6 +454,10 @@ class TrainingState:
     rare_states: bool = False
     """Whether the training envs archive states for rare-state starts (``env.rare_state_start`` > 0): their
     archives go into checkpoints."""
+    replay_files: ReplayFiles | None = None
+    """The replay on disk (made at the first checkpoint or the resume)."""
+    envs_restored: bool = False
+    """Whether ``restore`` restored the training envs' RNGs."""
 
     def shared(self, cfg: Config) -> dict[str, Any]:
         return {"agent": self.agent.state_dict(), "config": config_dict(cfg),
@@ -443,48 +476,52 @@ class TrainingState:
             **({"behaviour_goals": self.goals.state_dict()} if self.goals is not None else {}),
         }
 
-    def restore(self, state: dict[str, Any], own: dict[str, Any], replay_arrays: dict[str, np.ndarray] | None,
-                hooks: LoopHooks) -> bool:
-        """Load a checkpoint: ``state`` (``checkpoint.pt``), this process's ``own`` part of it and its replay
-        arrays (None: the storage restarts empty, its sampling RNG and prioritized schedules continue).
+    def restore(self, state: dict[str, Any], own: dict[str, Any], replay_files: ReplayFiles,
+                hooks: LoopHooks) -> str | None:
+        """Load a checkpoint: ``state`` (``checkpoint.pt``, migrated to the current format), this process's
+        ``own`` part of it and its replay files (none saved: the storage restarts empty, its sampling RNG and
+        prioritized schedules continue). Returns why no replay was restored (None: it was).
 
-        Returns whether the training envs' RNGs were restored: then ``env.reset()`` redoes the resets that
-        began their episodes at the checkpoint, as the uninterrupted run had them (a checkpoint of an older
-        version has none).
+        ``envs_restored`` says whether the training envs' RNGs were restored: then ``env.reset()`` redoes
+        the resets that began their episodes at the checkpoint, as the uninterrupted run had them (a checkpoint
+        of an older version has none). Entries None (a format-0 checkpoint without them,
+        ``her_agents.run.checkpoint.migrate_checkpoint``) leave the freshly built values.
         """
         self.agent.load_state_dict(state["agent"])
         self.counters.update(state["counters"])
         load_process_rng_state(own["rng"], self.rng)
-        if "agent_rng" in own:
+        if own["agent_rng"] is not None:
             self.agent.rng.bit_generator.state = own["agent_rng"]
-        if replay_arrays is not None:
-            self.replay.load_state_dict(unflatten_arrays(replay_arrays))
-        elif "replay_schedule" in own:
+        if own["replay_schedule"] is not None:
             load_replay_schedule(self.replay, own["replay_schedule"])
-        if "update_schedule" in own:
+        missing = replay_files.load(own, int(state["counters"]["env_steps"]))
+        self.replay_files = replay_files
+        if own["update_schedule"] is not None:
             self.schedule.load_state_dict(own["update_schedule"])
-        if "eval_window" in own:
+        if own["eval_window"] is not None:
             self.evals.load_state_dict(own["eval_window"])
-        hooks.load_state_dict(own.get("hooks", {}))
-        if self.goals is not None and "behaviour_goals" in own:
+        hooks.load_state_dict(own["hooks"])
+        if self.goals is not None and "behaviour_goals" in own:  # saved by runs with behaviour goals
             self.goals.load_state_dict(own["behaviour_goals"])
-        envs = own.get("envs", {})
+        envs = own["envs"]
         if len(envs.get("eval", ())) == self.eval_env.num_envs:  # env.eval_envs may change on resume
             set_vector_rng_states(self.eval_env, envs["eval"])
         if self.env is not None and self.rare_states and len(envs.get("train_archive", ())) == self.env.num_envs:
             self.env.set_attr("rare_state_archive", envs["train_archive"])
-        if self.env is not None and "train" in envs:
+        self.envs_restored = self.env is not None and "train" in envs
+        if self.envs_restored:
             set_vector_rng_states(self.env, envs["train"])
-            return True
-        return False
+        return missing
 
 
 def save_training_state(run_dir: Path, cfg: Config, state: TrainingState, hooks: LoopHooks,
                         save_replay: bool) -> None:
     """Checkpoint ``state`` into ``run_dir`` through ``hooks.save_checkpoint`` (with ``save_replay``, the replay
     storage too)."""
-    arrays = flatten_arrays(state.replay.state_dict()) if save_replay else None
-    hooks.save_checkpoint(run_dir, state.shared(cfg), state.own(hooks), arrays)
+    if state.replay_files is None:
+        state.replay_files = ReplayFiles(run_dir, state.replay, hooks.replay_name)
+    state.replay_files.saving = save_replay
+    hooks.save_checkpoint(run_dir, state.shared(cfg), state.own(hooks), state.replay_files)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -497,7 +534,7 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
     """Train ``cfg.algo`` with HER on ``cfg.env.id`` in this process.
 
     Args:
-        cfg: a config from :func:`her_agents.config.load_config`.
+        cfg: a config from [`her_agents.config.load_config`][].
         resume: a run directory to continue from (its ``checkpoint.pt``).
         overwrite: allow a fresh run into a ``log.run_dir`` that holds another run (its files are replaced as
             this run writes its own, nothing is deleted before).
@@ -508,7 +545,8 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
 
     Raises:
         ValueError: a config the agent, replay or env refuse; a run directory that holds a run (without
-            ``overwrite``), cannot be written or is locked by a live run (:class:`RunDirInUse`); a checkpoint of
+            ``overwrite``), cannot be written or is locked by a live run
+            ([`RunDirInUse`][her_agents.run.run_control.RunDirInUse]); a checkpoint of
             a run of another number of processes.
         TrainingStopped: SIGINT or SIGTERM arrived; a checkpoint of the current state was written and the W&B
             run finished as interrupted / terminated.
@@ -520,7 +558,7 @@ def train(cfg: Config, resume: str | None = None, overwrite: bool = False,
 
 def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, stop: GracefulStop,
            cleanup: contextlib.ExitStack) -> TrainResult:
-    """:func:`start_run`, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
+    """``start_run``, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
     the run (``status``) whichever way the loop ends."""
     run = start_run(cfg, resume, overwrite, hooks, cleanup)
     status, crash = "crashed", None
@@ -541,6 +579,9 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
     except KeyboardInterrupt:  # a second signal: stop now
         status = "interrupted"
         raise
+    except (EnvWorkerDied, NetworksDiverged) as exc:  # no checkpoint of this state: the last one stays
+        crash = exc
+        raise _run_failed(run, exc) from exc
     except BaseException as exc:
         crash = exc
         raise
@@ -551,9 +592,21 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
                        run.state.evals.history)
 
 
+def _run_failed(run: Run, exc: EnvWorkerDied | NetworksDiverged) -> RunFailed:
+    """The ``RunFailed`` of a fault the loop cannot go on from, saying what to change."""
+    if isinstance(exc, NetworksDiverged):
+        keys = [k for k in ("actor_lr", "critic_lr", "alpha_lr") if hasattr(run.cfg.agent, k)]
+        now = ", ".join(f"{getattr(run.cfg.agent, k):g}" for k in keys)
+        reason = (f"{exc}: lower {', '.join('agent.' + k for k in keys)} (now {now}) and start a new run "
+                  "(a resume keeps the optimizers' learning rates)")
+        return RunFailed(reason, run.run_dir, run.env_steps, run.checkpoint_steps, resumable=False)
+    reason = f"training {exc}"
+    return RunFailed(reason, run.run_dir, run.env_steps, run.checkpoint_steps)
+
+
 @dataclass
 class Run:
-    """A started run (:func:`start_run`): its training state and what the loop's steps read and advance."""
+    """A started run (``start_run``): its training state and what the loop's steps read and advance."""
 
     cfg: Config
     hooks: LoopHooks
@@ -572,6 +625,8 @@ class Run:
     env_id: str
     n_envs: int
     first_update: bool = True
+    checkpoint_steps: int | None = None
+    """The env steps of the last checkpoint in the run directory (None: none yet)."""
 
     @property
     def env_steps(self) -> int:
@@ -621,7 +676,7 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
         state.goal_given = choose_behaviour_goals(agent, replay, env, obs, np.ones(cfg.env.n_envs, bool),
                                                   cfg.env.behaviour_goals, state.goals, rng)
     return Run(cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
-               cfg.env.id, cfg.env.n_envs)
+               cfg.env.id, cfg.env.n_envs, checkpoint_steps=counters["env_steps"] if resume else None)
 
 
 def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, hooks: LoopHooks,
@@ -655,15 +710,16 @@ def _open_envs(cfg: Config, seed: int,
 def _restore(state: TrainingState, saved: dict[str, Any] | None, run_dir: Path,
              hooks: LoopHooks) -> tuple[str | None, bool]:
     """Load ``saved`` (a checkpoint, or None for a new run) into ``state``. Returns its W&B run id and whether
-    the training envs' RNGs were restored (:meth:`TrainingState.restore`)."""
+    the training envs' RNGs were restored
+    ([`TrainingState.restore`][her_agents.loop.train.TrainingState.restore])."""
     if saved is None:
         return None, False
-    own, replay_arrays = hooks.checkpoint_part(run_dir, saved)
-    envs_restored = state.restore(saved, own, replay_arrays, hooks)
-    if replay_arrays is None and hooks.is_main:  # the run saved none: learning restarts from fewer episodes
-        tqdm.write(f"her-train: {run_dir} holds no replay (the run had log.save_replay=false): the replay buffer "
-                   "starts empty; the agent, normalizers and counters continue")
-    return saved.get("wandb_id"), envs_restored
+    own = hooks.checkpoint_part(saved)
+    missing = state.restore(saved, own, ReplayFiles(run_dir, state.replay, hooks.replay_name), hooks)
+    if missing is not None and hooks.is_main:  # learning restarts from fewer episodes
+        tqdm.write(f"her-train: no replay to restore in {run_dir}: {missing}; the replay buffer starts empty, the "
+                   "agent, normalizers and counters continue")
+    return saved["wandb_id"], state.envs_restored
 
 
 def collect(run: Run) -> None:
@@ -705,7 +761,7 @@ def learn(run: Run, stop: GracefulStop) -> None:
 
 def _first_update(run: Run, stop: GracefulStop) -> None:
     """The process's first update: with ``agent.compile`` it compiles, so a signal then waits for it
-    (``stop.busy``) and the main process says so first (:func:`first_learn_step`)."""
+    (``stop.busy``) and the main process says so first (``first_learn_step``)."""
     run.first_update = False
     compiling = run.cfg.agent.compile
     stop.busy = "the first update's compile (1-2 min on an idle core)" if compiling else None
@@ -716,7 +772,8 @@ def _first_update(run: Run, stop: GracefulStop) -> None:
 
 def first_learn_step(agent, replay: her.HerReplayBuffer, batch_size: int, metrics: dict[str, list[float]],
                      compile_note: bool) -> None:
-    """:func:`learn_step` for a process's first update: with ``compile_note`` (``agent.compile``), one line first
+    """[`learn_step`][her_agents.loop.train.learn_step] for a process's first update: with ``compile_note``
+    (``agent.compile``), one line first
     says that the update is being compiled (it seems to hang for that long otherwise); the
     warnings the update raises (a failed compile) are written as lines of their own above the progress bar."""
     if compile_note:
@@ -753,7 +810,8 @@ def evaluate_and_checkpoint(run: Run, stop: GracefulStop | None = None) -> None:
 
 
 def checkpoint_on_stop(run: Run, stop: GracefulStop) -> TrainingStopped:
-    """After a SIGINT / SIGTERM: checkpoint the current state; returns the :class:`TrainingStopped` to raise."""
+    """After a SIGINT / SIGTERM: checkpoint the current state; returns the
+    [`TrainingStopped`][her_agents.loop.train.TrainingStopped] to raise."""
     run.state.evals.wall_time()
     if run.cfg.log.checkpoint:
         write_checkpoint(run)
@@ -762,12 +820,34 @@ def checkpoint_on_stop(run: Run, stop: GracefulStop) -> TrainingStopped:
 
 
 def write_checkpoint(run: Run) -> None:
-    """Checkpoint the run (:func:`save_training_state`) and tell the logger, which keeps metrics.csv and W&B in
+    """Checkpoint the run (``save_training_state``) and tell the logger, which keeps metrics.csv and W&B in
     step with what a resume would redo."""
     run.state.extra["wandb_id"] = run.logger.run_id or run.wandb_id
+    check_finite_parameters(run.state.agent)  # never replace the last good checkpoint by NaN weights
     try:
         save_training_state(run.run_dir, run.cfg, run.state, run.hooks, run.cfg.log.save_replay)
     except OSError:  # e.g. a full disk: metrics.csv keeps only the rows the previous checkpoint covers
         run.logger.checkpoint_failed()
         raise
+    run.checkpoint_steps = run.env_steps
     run.logger.checkpointed()  # W&B gets a row once a resume would not redo it
+
+
+def check_finite_parameters(agent: Agent) -> None:
+    """Raises ``NetworksDiverged`` when a floating-point tensor of ``agent.state_dict()`` (networks,
+    optimizer moments, normalizers) holds a NaN or an infinity."""
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, torch.Tensor):
+            if node.is_floating_point() and not bool(torch.isfinite(node).all()):
+                raise NetworksDiverged(f"{path} is not finite", int(agent.num_updates))
+        elif isinstance(node, np.ndarray):
+            if node.dtype.kind == "f" and not np.isfinite(node).all():
+                raise NetworksDiverged(f"{path} is not finite", int(agent.num_updates))
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f"{path}[{i}]")
+
+    walk(agent.state_dict(), "")

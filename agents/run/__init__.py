@@ -4,10 +4,10 @@ history reader ``wandb_history``) and videos (``video``)."""
 
 from .checkpoint import load_checkpoint, save_checkpoint, save_run_state, write_atomic
 from .logger import NullLogger, RunLogger
-from .run_control import GracefulStop, RunDirInUse, RunDirLock, TrainingStopped, prepare_run_dir
+from .run_control import GracefulStop, RunDirInUse, RunDirLock, RunFailed, TrainingStopped, prepare_run_dir
 from .video import record_episodes, write_video
 
 __all__ = [
-    "GracefulStop", "NullLogger", "RunDirInUse", "RunDirLock", "RunLogger", "TrainingStopped", "load_checkpoint",
+    "GracefulStop", "NullLogger", "RunDirInUse", "RunDirLock", "RunFailed", "RunLogger", "TrainingStopped", "load_checkpoint",
     "prepare_run_dir", "record_episodes", "save_checkpoint", "save_run_state", "write_atomic", "write_video",
 ]

@@ -10,6 +10,7 @@ offline with one warning line, and the final upload waits at most ``log.wandb.fi
 from __future__ import annotations
 
 import contextlib
+import codecs
 import csv
 import io
 import math
@@ -66,7 +67,7 @@ def wandb_mode(configured: str) -> str:
     """The W&B mode to use: ``WANDB_MODE`` if set, else the config's; ``auto`` -> online/offline by API key.
 
     Raises:
-        ValueError: a ``WANDB_MODE`` that W&B refuses (:func:`check_wandb_env`).
+        ValueError: a ``WANDB_MODE`` that W&B refuses (``check_wandb_env``).
     """
     check_wandb_env()
     mode = os.environ.get("WANDB_MODE") or configured
@@ -92,7 +93,7 @@ def _first_line(exc: BaseException) -> str:
 class _InheritedService:
     """The W&B service token (``WANDB_SERVICE``) this process inherited from a parent process (a test runner, a
     notebook that used W&B). While that service is gone every ``wandb.init`` fails until its deadline;
-    :meth:`drop` forgets the token once, so that the next init starts this process's own service."""
+    ``drop`` forgets the token once, so that the next init starts this process's own service."""
 
     def __init__(self) -> None:
         self.token = os.environ.get("WANDB_SERVICE")
@@ -113,10 +114,12 @@ class _InheritedService:
 class RunLogger:
     """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.).
 
-    W&B gets a row only once it is safe: after the checkpoint that covers it (:meth:`checkpointed`), so a run
+    W&B gets a row only once it is safe: after the checkpoint that covers it
+    ([`checkpointed`][her_agents.run.logger.RunLogger.checkpointed]), so a run
     resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
     ``metrics.csv`` rows its W&B run lacks (read from the local transaction logs, see
-    :mod:`her_agents.run.wandb_history`), so after any stop and ``--resume`` W&B holds every row once, in step order.
+    ``her_agents.run.wandb_history``), so after any stop and ``--resume`` W&B holds every row once, in step
+    order.
     """
 
     def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,
@@ -237,18 +240,43 @@ class RunLogger:
                 self.run.log(_typed_row(r))
 
     def _truncate_csv(self, resume_step: int) -> list[dict[str, Any]]:
-        """Drop the rows after ``resume_step`` (and a row cut short by a kill); return the rows kept."""
-        with open(self.csv_path, newline="") as f:
-            reader = csv.DictReader(f)
-            fields, rows = reader.fieldnames, list(reader)
+        """Drop the rows after ``resume_step`` (and a row cut short by a kill); return the rows kept. A byte-order
+        mark (a CSV saved by a spreadsheet) is read and not written back.
+
+        Raises:
+            ValueError: the file cannot be read or is not a metrics CSV (one line naming it)."""
+        def refuse(why: str) -> ValueError:
+            return ValueError(f"--resume: {self.csv_path} cannot be read ({why}): expected the run's metrics CSV; "
+                              "move it away to resume without its rows")
+
+        try:
+            with open(self.csv_path, newline="", encoding="utf-8-sig") as f:
+                reader = csv.DictReader(f)
+                fields, rows = reader.fieldnames, list(reader)
+        except OSError as exc:
+            raise refuse(exc.strerror or type(exc).__name__) from None
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise refuse(f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}") from None
         if not fields:
             self.csv_path.unlink()
             return []
+        if "env_steps" not in fields:
+            raise refuse(f"no env_steps column; its header is {','.join(fields)[:120]!r}")
         self._fields = list(fields)
         # A row cut short by the kill has missing cells (None): drop it too.
-        keep = [r for r in rows if None not in r.values() and r.get("env_steps")
-                and int(float(r["env_steps"])) <= resume_step]
-        if len(keep) < len(rows):
+        keep = []
+        for r in rows:
+            if None in r.values() or not r.get("env_steps"):
+                continue
+            try:
+                steps = float(r["env_steps"])
+            except ValueError:
+                raise refuse(f"line {rows.index(r) + 2}: env_steps {r['env_steps']!r} is not a number") from None
+            if steps <= resume_step:
+                keep.append(r)
+        with open(self.csv_path, "rb") as f:
+            bom = f.read(3) == codecs.BOM_UTF8
+        if len(keep) < len(rows) or bom:  # rows after the checkpoint, or a byte-order mark to drop
             self._write_csv(keep)
         return keep
 
@@ -280,7 +308,7 @@ class RunLogger:
             # New columns (losses appear after the first updates): rewrite the file with the wider header.
             old_rows = []
             if self.csv_path.exists() and not self._fresh_csv:  # a fresh run replaces an old file here
-                with open(self.csv_path, newline="") as f:
+                with open(self.csv_path, newline="", encoding="utf-8-sig") as f:
                     old_rows = list(csv.DictReader(f))
             self._fresh_csv = False
             self._fields = list(self._fields or []) + [k for k in row if k not in (self._fields or [])]

@@ -1,10 +1,15 @@
 """Owning a run directory and stopping a run cleanly.
 
-- :func:`prepare_run_dir` picks the run directory (``--resume``, ``log.run_dir`` or a fresh default name that
+- [`prepare_run_dir`][her_agents.run.run_control.prepare_run_dir] picks the run directory (``--resume``,
+  ``log.run_dir`` or a fresh default name that
   never collides) and refuses a fresh run into a directory that holds another run;
-- :class:`RunDirLock` keeps two live runs out of one directory (``<run_dir>/.lock``, with the owner's pid);
-- :class:`GracefulStop` turns SIGINT / SIGTERM into a request the training loop answers at the end of an env
-  step (checkpoint, W&B finished as interrupted, :class:`TrainingStopped`).
+- [`RunDirLock`][her_agents.run.run_control.RunDirLock] keeps two live runs out of one directory
+  (``<run_dir>/.lock``, with the owner's pid);
+- [`GracefulStop`][her_agents.run.run_control.GracefulStop] turns SIGINT / SIGTERM / SIGHUP into a request the
+  training loop answers at the end of an env step (checkpoint, W&B finished as interrupted,
+  [`TrainingStopped`][her_agents.run.run_control.TrainingStopped]);
+- [`RunFailed`][her_agents.run.run_control.RunFailed]: a fault the run cannot go on from (a dead env worker,
+  diverged networks), said in one line with the last checkpoint.
 """
 
 from __future__ import annotations
@@ -20,10 +25,34 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["LOCK_FILE", "GracefulStop", "RunDirInUse", "RunDirLock", "TrainingStopped", "prepare_run_dir"]
+__all__ = ["LOCK_FILE", "GracefulStop", "LaunchError", "RunDirInUse", "RunDirLock", "RunFailed", "TrainingStopped",
+           "launch_int", "prepare_run_dir"]
 
 LOCK_FILE = ".lock"
-SIGNAL_STATUS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+SIGNAL_STATUS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "terminated"}
+"""The signals that stop a run cleanly, and the W&B run status of each (SIGHUP: the terminal was closed)."""
+
+
+class LaunchError(RuntimeError):
+    """The process was launched in a way a run cannot start from: torchrun's variables missing or malformed, a
+    ``dist.backend`` this machine lacks, a process group that does not form. The message says what to change."""
+
+
+def launch_int(name: str, default: int) -> int:
+    """The integer environment variable ``name`` (set by torchrun: ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``);
+    ``default`` when unset or empty.
+
+    Raises:
+        LaunchError: the variable is not a whole number.
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"the environment variable {name} must be a whole number (torchrun sets it), got "
+                          f"{value!r}: unset it for a single process") from None
 
 
 class RunDirInUse(ValueError):
@@ -127,7 +156,8 @@ def prepare_run_dir(env_id: str, algo: str, seed: int, run_dir: str | None, resu
         path = Path(run_dir)
         _make_dir(path)
     else:
-        base = Path("runs") / f"{env_id}-{algo}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        env_name = env_id.rpartition(":")[2]  # "module.path:EnvId-v0" -> "EnvId-v0"
+        base = Path("runs") / f"{env_name}-{algo}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
         for i in range(10_000):
             path = base if i == 0 else base.with_name(f"{base.name}-{i}")
             try:
@@ -147,10 +177,10 @@ def prepare_run_dir(env_id: str, algo: str, seed: int, run_dir: str | None, resu
 
 
 class TrainingStopped(Exception):
-    """Training stopped on SIGINT or SIGTERM after writing a checkpoint of the current state.
+    """Training stopped on SIGINT, SIGTERM or SIGHUP after writing a checkpoint of the current state.
 
     Attributes: ``signum``, ``run_dir`` (Path), ``env_steps`` (int), ``checkpoint`` (Path or None when
-    ``log.checkpoint=false``), ``exit_code`` (128 + signum: 130 for SIGINT, 143 for SIGTERM).
+    ``log.checkpoint=false``), ``exit_code`` (128 + signum: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
     """
 
     def __init__(self, signum: int, run_dir: Path, env_steps: int, checkpoint: Path | None) -> None:
@@ -161,11 +191,65 @@ class TrainingStopped(Exception):
         super().__init__(f"stopped by {signal.Signals(signum).name} at {env_steps} env steps; {where}")
 
 
+class RunFailed(RuntimeError):
+    """The run stopped on a fault it cannot go on from (an env worker died, the networks diverged), without a
+    checkpoint of its own: the last checkpoint written is kept as it was.
+
+    Attributes: ``reason`` (what happened and what to change), ``run_dir`` (Path), ``env_steps`` (int),
+    ``checkpoint_steps`` (the env steps of the last checkpoint, None without one), ``resumable`` (whether
+    continuing from that checkpoint makes sense), ``exit_code`` (1).
+    """
+
+    exit_code = 1
+
+    def __init__(self, reason: str, run_dir: Path, env_steps: int, checkpoint_steps: int | None,
+                 resumable: bool = True) -> None:
+        self.reason, self.run_dir, self.env_steps = reason, run_dir, env_steps
+        self.checkpoint_steps, self.resumable = checkpoint_steps, resumable
+        if checkpoint_steps is None:
+            where = f"no checkpoint was written yet ({run_dir})"
+        elif resumable:
+            where = (f"the last checkpoint ({checkpoint_steps} env steps) is intact: continue with "
+                     f"`her-train --resume {run_dir}`")
+        else:
+            where = f"the last checkpoint ({checkpoint_steps} env steps) is kept in {run_dir}"
+        super().__init__(f"{reason}; the run stopped at {env_steps} env steps, {where}")
+
+
+def _terminal_fds() -> list[int]:
+    """Which of stdout and stderr are a terminal (asked up front: a hung-up terminal no longer says so)."""
+    out = []
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                out.append(fd)
+        except OSError:
+            pass
+    return out
+
+
+def _detach_terminal(fds: list[int]) -> None:
+    """Point ``fds`` (a terminal's) at ``/dev/null``, as ``nohup`` would."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            os.dup2(devnull, fd)
+        except OSError:
+            pass
+    os.close(devnull)
+
+
 class GracefulStop:
-    """While active (a context manager), SIGINT and SIGTERM set :attr:`signum` instead of stopping the process;
-    the loop checks it after each env step. The first signal is acknowledged at once with a line on stderr (with
-    ``announce``), saying what the stop waits for (:attr:`busy`); a second signal raises ``KeyboardInterrupt`` at
-    once. Outside the main thread (where Python cannot install handlers) it does nothing."""
+    """While active (a context manager), SIGINT, SIGTERM and SIGHUP set ``signum`` instead of stopping the
+    process; the loop checks it after each env step. The first signal is acknowledged at once with a line on
+    stderr (with ``announce``), saying what the stop waits for
+    ([`busy`][her_agents.run.run_control.GracefulStop.busy]); a second signal raises ``KeyboardInterrupt`` at
+    once. SIGHUP (the terminal was closed) first points stdout and stderr that are a terminal at ``/dev/null``:
+    writing to a hung-up terminal fails, and the stop must still write its checkpoint. Outside the main thread
+    (where Python cannot install handlers) it does nothing."""
 
     def __init__(self, announce: bool = True) -> None:
         self.signum: int | None = None
@@ -174,24 +258,31 @@ class GracefulStop:
         """What the loop is doing that the stop must wait for, e.g. the first update's compile (None: an env
         step)."""
         self._old: dict[int, Any] = {}
+        self._terminal: list[int] = []
 
     @property
     def status(self) -> str:
-        """``interrupted`` (SIGINT) or ``terminated`` (SIGTERM); the W&B run status."""
+        """``interrupted`` (SIGINT) or ``terminated`` (SIGTERM, SIGHUP); the W&B run status."""
         return SIGNAL_STATUS.get(self.signum, "interrupted")
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:
             raise KeyboardInterrupt
         self.signum = signum
+        if signum == signal.SIGHUP:
+            _detach_terminal(self._terminal)
         if self.announce:  # os.write: print() could be interrupted mid-write to the same stream
             until = f"once {self.busy} is done" if self.busy else "after the current env step"
             again = "Ctrl-C again" if signum == signal.SIGINT else f"a second {signal.Signals(signum).name}"
-            os.write(2, f"\nher-train: {signal.Signals(signum).name} received: stopping {until} ({again} "
-                        "stops at once)\n".encode())
+            try:
+                os.write(2, f"\nher-train: {signal.Signals(signum).name} received: stopping {until} ({again} "
+                            "stops at once)\n".encode())
+            except OSError:  # a closed stderr must not turn the stop into a crash
+                pass
 
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():
+            self._terminal = _terminal_fds()
             for s in SIGNAL_STATUS:
                 self._old[s] = signal.signal(s, self._handle)
         return self

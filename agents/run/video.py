@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["check_gl_backend", "default_headless_gl", "record_episodes", "write_video"]
+__all__ = ["check_gl_backend", "default_headless_gl", "prepare_gl", "record_episodes", "write_video"]
 
 _VALID_GL = ("egl", "osmesa", "glfw", "glx")
 _INSTALL_HINT = ("Install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri (MUJOCO_GL=egl) or libosmesa6 "
@@ -32,6 +35,71 @@ def check_gl_backend() -> None:
                                      "true", "1"):
         raise RuntimeError(f"MUJOCO_GL={gl!r} is not a MuJoCo OpenGL backend: use one of {', '.join(_VALID_GL)} "
                            f"(egl or osmesa without a display). {_INSTALL_HINT}")
+
+
+_LIBRARIES = {"osmesa": (("OSMesa",),), "egl": (("EGL",), ("OpenGL", "GL")), "glx": (("OpenGL", "GL"),)}
+"""The shared libraries PyOpenGL loads for each ``MUJOCO_GL`` backend (each entry: one of these names)."""
+_PACKAGES = {"osmesa": "libosmesa6 (Debian/Ubuntu; mesa-libOSMesa on Fedora), or use MUJOCO_GL=egl",
+             "egl": "libegl1 and libgl1 (with libegl-mesa0 libgl1-mesa-dri without an NVIDIA driver), or use "
+                    "MUJOCO_GL=osmesa (libosmesa6)",
+             "glx": "libgl1 and run with a display, or use MUJOCO_GL=egl (libegl1) headless",
+             "glfw": "libglfw3 and run with a display, or use MUJOCO_GL=egl (libegl1) headless"}
+
+
+def _loads(name: str) -> bool:
+    path = ctypes.util.find_library(name)
+    if path is None:
+        return False
+    try:
+        ctypes.CDLL(path)
+    except OSError:
+        return False
+    return True
+
+
+def _missing_gl_library(gl: str) -> str | None:
+    """The first library the backend ``gl`` needs that cannot be loaded, or None."""
+    for names in _LIBRARIES.get(gl, ()):
+        if not any(_loads(n) for n in names):
+            return "lib" + names[-1]
+    return None
+
+
+def prepare_gl(video: bool) -> None:
+    """Before MuJoCo loads (``import mujoco`` loads the OpenGL library of ``MUJOCO_GL`` at once): rendering
+    libraries load only for a video.
+
+    Without ``video``: a backend whose library is missing is switched off (``MUJOCO_GL=disable``), so that a
+    run that renders nothing does not need it. With ``video``: a headless default (``default_headless_gl``),
+    then the backend's library must load, and MuJoCo with it (a backend that loads but cannot render, e.g.
+    glfw without a display, is reported where the video is made).
+
+    Raises:
+        RuntimeError: an unknown ``MUJOCO_GL`` (``check_gl_backend``); with ``video``, a backend library
+            that is missing or that MuJoCo cannot load (the message says what to install).
+    """
+    check_gl_backend()
+    if video:
+        default_headless_gl()
+    gl = os.environ.get("MUJOCO_GL", "").strip().lower()
+    missing = _missing_gl_library(gl)
+    if not video:
+        if missing and "mujoco" not in sys.modules:
+            os.environ["MUJOCO_GL"] = "disable"
+        return
+    if gl == "glx":  # MuJoCo knows it, gymnasium's renderer does not
+        raise RuntimeError("MUJOCO_GL=glx: gymnasium renders MuJoCo with glfw, egl or osmesa only: use "
+                           "MUJOCO_GL=egl headless (libegl1) or MUJOCO_GL=glfw with a display")
+    if missing:
+        raise RuntimeError(f"MUJOCO_GL={gl}: {missing} is not installed, and the video needs it: install "
+                           f"{_PACKAGES[gl]}")
+    try:
+        import mujoco  # noqa: F401  (loads the backend's OpenGL library now, not in the middle of the run)
+    except Exception as exc:
+        hint = _PACKAGES.get(gl or "glfw", _INSTALL_HINT)
+        raise RuntimeError(f"MUJOCO_GL={gl or '(unset)'}: MuJoCo cannot load its OpenGL library for the video "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): install "
+                           f"{hint}") from None
 
 
 def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0) -> tuple[np.ndarray, list[bool]]:

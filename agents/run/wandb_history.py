@@ -1,7 +1,8 @@
 """Read back what a W&B run logged from its local transaction logs (``<run_dir>/wandb/*-<id>/run-<id>.wandb``).
 
 W&B writes every record of a run, online or offline, to such a file before it is uploaded; a resumed run reads
-them to find the evaluation rows the W&B run lacks (see :class:`her_agents.run.logger.RunLogger`). wandb has no public
+them to find the evaluation rows the W&B run lacks (see [`her_agents.run.logger.RunLogger`][]). wandb has no
+public
 reader for the format, so this is a small one.
 
 Format: a 7-byte header (``:W&B``, magic, version), then LevelDB-log framing (32 KiB blocks; each chunk: crc32
