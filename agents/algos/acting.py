@@ -19,7 +19,7 @@ __all__ = ["ActingMixin"]
 
 
 class ActingMixin:
-    """``act``, ``value``, ``explore`` and ``reset_noise`` of :class:`her_agents.algos.base.GoalConditionedAgentBase`
+    """``act``, ``value``, ``explore`` and ``reset_noise`` of ``her_agents.algos.base.GoalConditionedAgentBase``
     (the attributes and methods annotated here are the base's and the algorithm's)."""
 
     config: Any
@@ -33,12 +33,12 @@ class ActingMixin:
     goal_normalizer: RunningNormalizer
 
     #: the policy samples its own exploration (SAC, TQC): colored noise (``noise_beta``) drives that sample
-    #: rather than the ``noise_std`` noise added in :meth:`explore`
+    #: rather than the ``noise_std`` noise added in ``explore``
     stochastic_policy: bool = False
 
     def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The policy's action ``[N, action_dim]`` in ``[-1, 1]`` for preprocessed ``state`` (no grad); a stochastic
-        policy (:attr:`stochastic_policy`) draws its standard normal sample from ``noise [N, action_dim]`` when
+        policy (``stochastic_policy``) draws its standard normal sample from ``noise [N, action_dim]`` when
         given."""
         raise NotImplementedError
 
@@ -57,10 +57,10 @@ class ActingMixin:
 
         With ``deterministic=False``: Gaussian noise ``noise_std`` is added and clipped to ``[-1, 1]``, then
         each row is replaced by a uniform random action with probability ``random_eps``. With ``noise_beta > 0``
-        the Gaussian draws are row ``i``'s next step of a colored sequence (:class:`ColoredNoise`; for SAC/TQC,
+        the Gaussian draws are row ``i``'s next step of a colored sequence (``ColoredNoise``; for SAC/TQC,
         the policy's own sample), so row ``i`` must be the same env at every call.
 
-        On the CPU the policy runs in numpy on views of the actor's parameters (:class:`NumpyActor`: faster for
+        On the CPU the policy runs in numpy on views of the actor's parameters (``NumpyActor``: faster for
         the few rows of acting, same function); elsewhere in torch, with the networks in eval mode.
         """
         single = np.ndim(observation) == 1
@@ -85,12 +85,12 @@ class ActingMixin:
             action = self.explore(action, None if self.stochastic_policy else noise)
         return action[0] if single else action
 
-    #: act in numpy on a CPU (:class:`NumpyActor`); False: always in torch
+    #: act in numpy on a CPU (``NumpyActor``); False: always in torch
     numpy_acting: bool = True
 
     def numpy_actor(self) -> NumpyActor | None:
-        """The :class:`NumpyActor` of :attr:`actor` on the CPU (built once per actor); None on other devices, with
-        :attr:`numpy_acting` off, or for an actor numpy cannot mirror: ``act()`` then runs torch."""
+        """The ``NumpyActor`` of ``actor`` on the CPU (built once per actor); None on other devices, with
+        ``numpy_acting`` off, or for an actor numpy cannot mirror: ``act()`` then runs torch."""
         if self.device.type != "cpu" or not self.numpy_acting:
             return None
         cached = self.__dict__.get("_numpy_actor")
@@ -104,7 +104,7 @@ class ActingMixin:
 
     def value(self, observation: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
         """``V(s, g) = Q(s, mu(s, g), g)`` float32 ``[N]`` for ``observation [N, obs_dim]`` and ``desired_goal
-        [N, goal_dim]``: the value the actor maximizes (:meth:`_actor_value`) at the policy's deterministic action
+        [N, goal_dim]``: the value the actor maximizes (``_actor_value``) at the policy's deterministic action
         (SAC: the mean action), no grad. Used to judge which goals the agent can reach (``her.MinDensityGoals``)."""
         obs_t = self.to_tensor(observation).reshape(-1, self.obs_dim)
         goal_t = self.to_tensor(desired_goal).reshape(-1, self.goal_dim)
@@ -116,7 +116,7 @@ class ActingMixin:
         return v.float().cpu().numpy()
 
     def _colored_noise(self, n: int) -> np.ndarray:
-        """The next colored noise ``[n, action_dim]`` (:class:`ColoredNoise` on :attr:`rng`, ``noise_beta > 0``)."""
+        """The next colored noise ``[n, action_dim]`` (``ColoredNoise`` on ``rng``, ``noise_beta > 0``)."""
         source = self.__dict__.get("_noise_source")
         if source is None or source.rng is not self.rng:
             source = self.__dict__["_noise_source"] = ColoredNoise(
@@ -125,7 +125,7 @@ class ActingMixin:
 
     def reset_noise(self, done: np.ndarray) -> None:
         """Start a new colored noise sequence (``noise_beta > 0``) for the envs whose episode ended: ``done``, bool
-        ``[n_envs]``, in the rows' order of :meth:`act`. A no-op with white noise."""
+        ``[n_envs]``, in the rows' order of ``act``. A no-op with white noise."""
         source = self.__dict__.get("_noise_source")
         if source is not None:
             source.reset(done)

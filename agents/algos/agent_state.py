@@ -16,8 +16,8 @@ __all__ = ["AgentStateMixin"]
 
 
 class AgentStateMixin:
-    """Checkpoint state and train/eval mode of :class:`her_agents.algos.base.GoalConditionedAgentBase`. An algorithm
-    lists everything a checkpoint needs in :meth:`_checkpoint_items`."""
+    """Checkpoint state and train/eval mode of ``her_agents.algos.base.GoalConditionedAgentBase``. An algorithm
+    lists everything a checkpoint needs in ``_checkpoint_items``."""
 
     config: Any
     actor: nn.Module
@@ -66,7 +66,7 @@ class AgentStateMixin:
         }
 
     def load_policy_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`policy_state_dict`.
+        """Load ``policy_state_dict``.
 
         Raises:
             RuntimeError / ValueError: a policy network or normalizer of another shape.
@@ -86,7 +86,7 @@ class AgentStateMixin:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load :meth:`state_dict` (of an agent of the same algorithm and sizes)."""
+        """Load ``state_dict`` (of an agent of the same algorithm and sizes)."""
         for k, v in self._checkpoint_items().items():
             v.load_state_dict(state[k])
         self.obs_normalizer.load_state_dict(state["obs_normalizer"])

@@ -1,15 +1,15 @@
 """The ``Agent`` protocol (what the loop, the data-parallel wrapper and the actor-learner use of an agent), and
 the goal-conditioned pieces DDPG/TD3/SAC/TQC share (openai/baselines HER techniques), one concern per module:
 
-- here: :class:`AgentConfig`, the observation and goal :class:`RunningNormalizer` (clip raw +-200, output +-5) and
-  the networks' input ``concat(normalize(observation), normalize(goal))`` (:meth:`GoalConditionedAgentBase.preprocess`),
+- here: ``AgentConfig``, the observation and goal ``RunningNormalizer`` (clip raw +-200, output +-5) and
+  the networks' input ``concat(normalize(observation), normalize(goal))`` (``GoalConditionedAgentBase.preprocess``),
   batch -> tensors, the critics' regression, polyak averaging, the update's metrics, and running the update
-  eagerly or compiled (:meth:`GoalConditionedAgentBase.compiled`);
-- :mod:`.acting`: ``act`` with exploration (Gaussian noise ``noise_std`` clipped to ``[-1, 1]``, then per row with
-  probability ``random_eps`` a uniform random action), ``value``; :mod:`.numpy_actor` its numpy fast path;
-- :mod:`.agent_state`: checkpoint state (``state_dict``, ``policy_state_dict``) and train/eval mode;
-- :mod:`.compiled`: the compiled-or-eager wrapper and the Adam step both modes share;
-- :mod:`.targets`: TD targets and their clip; :mod:`.device`: device and precision selection.
+  eagerly or compiled (``GoalConditionedAgentBase.compiled``);
+- ``.acting``: ``act`` with exploration (Gaussian noise ``noise_std`` clipped to ``[-1, 1]``, then per row with
+  probability ``random_eps`` a uniform random action), ``value``; ``.numpy_actor`` its numpy fast path;
+- ``.agent_state``: checkpoint state (``state_dict``, ``policy_state_dict``) and train/eval mode;
+- ``.compiled``: the compiled-or-eager wrapper and the Adam step both modes share;
+- ``.targets``: TD targets and their clip; ``.device``: device and precision selection.
 """
 
 from __future__ import annotations
@@ -221,12 +221,12 @@ class TensorBatch(NamedTuple):
 
 class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
     """Normalizers, preprocessing, batch conversion, the critics' regression, polyak averaging and the update's
-    eager-or-compiled call shared by the agents; acting (:class:`ActingMixin`) and checkpoint state
-    (:class:`AgentStateMixin`) come from their modules.
+    eager-or-compiled call shared by the agents; acting (``ActingMixin``) and checkpoint state
+    (``AgentStateMixin``) come from their modules.
 
-    An algorithm builds its networks (the policy network as ``self.actor``) and optimizers (:func:`make_adam`),
-    writes its whole update once as a method of tensors (``train_step``) and calls it from :meth:`update` through
-    :meth:`compiled`; it implements ``_policy`` and ``_actor_value`` (acting), :meth:`_target_pairs` (polyak) and
+    An algorithm builds its networks (the policy network as ``self.actor``) and optimizers (``make_adam``),
+    writes its whole update once as a method of tensors (``train_step``) and calls it from ``update`` through
+    ``compiled``; it implements ``_policy`` and ``_actor_value`` (acting), ``_target_pairs`` (polyak) and
     ``_checkpoint_items`` (state).
 
     Args:
@@ -290,7 +290,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
 
         numpy arrays and torch tensors are both accepted; a missing ``weight`` means ones. Every ``update()``
         starts here, so this also puts the networks in train mode and marks the start of an update for CUDA graphs
-        (:meth:`_cuda_graph_step`).
+        (``_cuda_graph_step``).
         """
         self.set_training(True)
         self._cuda_graph_step()
@@ -318,15 +318,15 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
     #: the optimizers' step): a compiled update then runs the optimizer steps outside its graph
     whole_update_ok: bool = True
 
-    #: compile the update with Inductor's C++ wrapper on a CPU (:class:`CompiledOrEager`); read once, at the
+    #: compile the update with Inductor's C++ wrapper on a CPU (``CompiledOrEager``); read once, at the
     #: first update (``tests/benchmarks/bench_cpp_wrapper_ab.py`` sets it False on its A agents)
     cpp_wrapper: bool = True
 
     def compiled(self, step: Callable[..., Any]) -> Callable[..., Any]:
         """``step`` (the agent's bound update method, e.g. ``self.train_step``) as the update calls it: as is
-        unless ``config.compile``, else through ``torch.compile`` as one graph (:class:`CompiledOrEager`: mode
+        unless ``config.compile``, else through ``torch.compile`` as one graph (``CompiledOrEager``: mode
         ``"reduce-overhead"``, i.e. CUDA graphs, on a CUDA device, the C++ wrapper on a CPU; eager where compiling
-        fails), built once. Compiled, the optimizers' state is created first (:func:`init_adam_state`): the
+        fails), built once. Compiled, the optimizers' state is created first (``init_adam_state``): the
         graph takes it as an input."""
         if not self.config.compile:
             return step
@@ -342,7 +342,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         return fn
 
     def _cuda_graph_step(self) -> None:
-        """Called at the start of every update (from :meth:`batch_to_tensors`): with CUDA graphs (a compiled update
+        """Called at the start of every update (from ``batch_to_tensors``): with CUDA graphs (a compiled update
         on a CUDA device) tell CUDAGraph Trees that a new update begins, so that all compiled calls of one update
         share one "generation" and its outputs are overwritten only by the next update's replays. A tensor kept
         across updates must therefore be a clone (TD3's ``_last_actor_loss``); the metrics are copied to the host
@@ -352,7 +352,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the network forward passes in ``update()``: bf16 autocast on the agent's device when
-        :attr:`precision` (``config.precision`` resolved for the device) is ``"bf16"``, else a no-op.
+        ``precision`` (``config.precision`` resolved for the device) is ``"bf16"``, else a no-op.
 
         Wrap forward passes only (not gradients or optimizer steps): autocast caches the bf16 copies of the
         parameters until the context exits, so a context spanning an optimizer step would reuse stale copies.
@@ -377,14 +377,14 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
     critic: nn.Module
 
     def update_targets(self) -> None:
-        """Polyak-average every (target, online) pair of :meth:`_target_pairs` (one foreach call for all):
+        """Polyak-average every (target, online) pair of ``_target_pairs`` (one foreach call for all):
         ``target <- polyak * target + (1 - polyak) * online``."""
         targets, online = self.polyak_params()
         with torch.no_grad():
             torch._foreach_lerp_(targets, online, 1.0 - self.config.polyak)
 
     def polyak_params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """``(target parameters, online parameters)`` of :meth:`_target_pairs`, listed once (parameters are
+        """``(target parameters, online parameters)`` of ``_target_pairs``, listed once (parameters are
         updated in place)."""
         if "_polyak_params" not in self.__dict__:
             pairs = self._target_pairs()
@@ -393,7 +393,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         return self.__dict__["_polyak_params"]
 
     def params(self, module: nn.Module) -> list[torch.Tensor]:
-        """``list(module.parameters())``, listed once per module (for :func:`her_agents.algos.compiled.freeze` in
+        """``list(module.parameters())``, listed once per module (for ``her_agents.algos.compiled.freeze`` in
         every update)."""
         cache = self.__dict__.setdefault("_param_lists", {})
         if id(module) not in cache:
@@ -401,18 +401,18 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         return cache[id(module)][1]
 
     def _target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
-        """The (target, online) network pairs :meth:`update_targets` averages."""
+        """The (target, online) network pairs ``update_targets`` averages."""
         raise NotImplementedError
 
     @staticmethod
     def flat_metrics(scalars: list[torch.Tensor], td_error: torch.Tensor) -> torch.Tensor:
         """``[len(scalars) + B]`` float32: the scalar metrics, then ``td_error``, detached (what an update step
-        returns, so that :meth:`metrics_from_flat` reads them with one host copy)."""
+        returns, so that ``metrics_from_flat`` reads them with one host copy)."""
         return torch.cat([torch.stack([s.detach().float() for s in scalars]), td_error.detach().float()])
 
     @staticmethod
     def metrics_from_flat(names: tuple[str, ...], flat: torch.Tensor) -> dict[str, float | np.ndarray]:
-        """:meth:`flat_metrics`' tensor -> ``{name: float}`` and ``td_error`` ``[B]`` float32 (a copy)."""
+        """``flat_metrics``' tensor -> ``{name: float}`` and ``td_error`` ``[B]`` float32 (a copy)."""
         host = flat.cpu().numpy()
         out: dict[str, float | np.ndarray] = {k: float(v) for k, v in zip(names, host[: len(names)].tolist())}
         out["td_error"] = host[len(names) :].copy()

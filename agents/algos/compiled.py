@@ -1,9 +1,9 @@
 """What lets one update function run eagerly or through ``torch.compile``: the compiled-or-eager wrapper, the
 optimizer step both modes share, and freezing a network's parameters in eager mode.
 
-An agent's update (e.g. :meth:`her_agents.algos.td3.TD3Agent.train_step`) is written once; ``agent.compile``
-only decides whether it is called directly or through :class:`CompiledOrEager`. Inside it every optimizer step
-is :func:`adam_step`: the loss's gradients by ``torch.autograd.grad``, then ``torch.optim.Adam``'s step.
+An agent's update (e.g. ``her_agents.algos.td3.TD3Agent.train_step``) is written once; ``agent.compile``
+only decides whether it is called directly or through ``CompiledOrEager``. Inside it every optimizer step
+is ``adam_step``: the loss's gradients by ``torch.autograd.grad``, then ``torch.optim.Adam``'s step.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bo
     graph. Compiled with ``in_graph`` (the default), the same step (Kingma & Ba 2015, Algorithm 1, in
     ``torch.optim.Adam``'s form: ``m <- lerp(m, g, 1 - beta1)``, ``v <- beta2 v + (1 - beta2) g^2``,
     ``p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``) is written here on the optimizer's
-    own state (made by :func:`init_adam_state`), so that the whole update is one graph and checkpoints are the same
+    own state (made by ``init_adam_state``), so that the whole update is one graph and checkpoints are the same
     in both modes. Written by hand because torch's step breaks the graph: ``Optimizer.step`` breaks it twice by
     design (its ``_use_grad`` wrapper), Dynamo does not trace the fused kernel, and the functional
     ``torch.optim.adam.adam`` left the update in several graphs. Measured (an A/B of a 28-256-256-1
@@ -101,7 +101,7 @@ class CompiledOrEager:
     an unsupported backend): one ``RuntimeWarning`` naming the function and the error, then eager calls. An error
     that ``fn`` raises eagerly too is raised as usual.
 
-    ``fn`` is an agent's whole update (losses, ``torch.autograd.grad``, :func:`adam_step` and target updates):
+    ``fn`` is an agent's whole update (losses, ``torch.autograd.grad``, ``adam_step`` and target updates):
     ``torch.autograd.grad`` is traced into the graph (Dynamo's ``trace_autograd_ops``), so one call replaces the
     losses' forward and backward passes, the optimizer steps and the polyak update with their Python and dispatch
     overhead. The shapes are static (``dynamic=False``: one batch size per run).

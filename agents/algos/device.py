@@ -28,7 +28,7 @@ def native_bf16(device: torch.device) -> bool:
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``AgentConfig.precision`` -> the precision the update runs in: ``"auto"`` is ``"bf16"`` where
-    :func:`native_bf16` holds for ``device``, else ``"fp32"``; ``"fp32"`` and ``"bf16"`` are returned as given."""
+    ``native_bf16`` holds for ``device``, else ``"fp32"``; ``"fp32"`` and ``"bf16"`` are returned as given."""
     if precision == "auto":
         return "bf16" if native_bf16(device) else "fp32"
     return precision

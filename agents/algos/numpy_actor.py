@@ -29,7 +29,7 @@ NumpyPolicy = Callable[[np.ndarray, bool, np.random.Generator, "np.ndarray | Non
 def numpy_mlp(net: nn.Sequential) -> Callable[[np.ndarray], np.ndarray]:
     """``net``'s forward pass in numpy float32 over views of its CPU parameters (no copies: optimizer steps and
     ``load_state_dict``, which write the parameters in place, are seen at once). Supports the layers
-    :func:`her_agents.algos.networks.mlp` builds (``Linear``, ``LayerNorm``, ``ReLU``).
+    ``her_agents.algos.networks.mlp`` builds (``Linear``, ``LayerNorm``, ``ReLU``).
 
     Returns:
         ``f(x float32 [N, in]) -> float32 [N, out]``.
@@ -68,11 +68,11 @@ def numpy_mlp(net: nn.Sequential) -> Callable[[np.ndarray], np.ndarray]:
 
 def numpy_policy(actor: nn.Module) -> NumpyPolicy:
     """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: the action of
-    ``actor``'s forward pass in numpy. A :class:`SquashedGaussianActor` samples with ``noise [N, A]`` where given,
-    else draws it from the numpy Generator ``rng``; a :class:`DeterministicActor` uses neither.
+    ``actor``'s forward pass in numpy. A ``SquashedGaussianActor`` samples with ``noise [N, A]`` where given,
+    else draws it from the numpy Generator ``rng``; a ``DeterministicActor`` uses neither.
 
     Raises:
-        TypeError: another actor type, or a layer :func:`numpy_mlp` does not know.
+        TypeError: another actor type, or a layer ``numpy_mlp`` does not know.
     """
     net = numpy_mlp(typing.cast(nn.Sequential, actor.net))
     if isinstance(actor, DeterministicActor):
@@ -106,7 +106,7 @@ class NumpyActor:
     normalizer publishes new ones (``RunningNormalizer.mean32`` / ``std32`` are new arrays at every change).
 
     Raises:
-        TypeError: as :func:`numpy_policy` (the agent then acts in torch).
+        TypeError: as ``numpy_policy`` (the agent then acts in torch).
     """
 
     def __init__(self, actor: nn.Module, obs_normalizer: RunningNormalizer, goal_normalizer: RunningNormalizer

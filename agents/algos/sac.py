@@ -123,9 +123,9 @@ class SACAgent(GoalConditionedAgentBase):
     def train_step(self, b: TensorBatch, target_step: bool) -> torch.Tensor:
         """SAC's update (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, Algorithm 1): a
         critic step on the soft TD target, an actor step, with ``autotune`` a temperature step towards the target
-        entropy (Eq. 18), then with ``target_step`` the polyak update. Returns the :meth:`flat_metrics` of
+        entropy (Eq. 18), then with ``target_step`` the polyak update. Returns the ``flat_metrics`` of
         ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy`` and ``td_error [B]``. Run
-        eagerly or compiled (:meth:`compiled`)."""
+        eagerly or compiled (``compiled``)."""
         s = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
         critic_loss, reported_critic_loss, q_mean, td_error = self.critic_loss(b, s, alpha)

@@ -48,7 +48,7 @@ _UNSET = object()
 def q_clip_for_env(reward_range: tuple[float, float] | None, gamma: float, env_id: str,
                    configured: Any = _UNSET) -> tuple[float, float] | None:
     """The TD-target clip for an env: ``configured`` (``agent.q_clip``) when given, else
-    :func:`td_target_bounds` of the env's ``reward_range``.
+    ``td_target_bounds`` of the env's ``reward_range``.
 
     Args:
         reward_range: ``GoalEnvSpec.reward_range`` (``(low, high)``, a side may be infinite, or None).

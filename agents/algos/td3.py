@@ -111,8 +111,8 @@ class TD3Agent(GoalConditionedAgentBase):
                    ) -> torch.Tensor:
         """TD3's update (Fujimoto et al. 2018, Algorithm 1): a critic step on the clipped double-Q target; with
         ``actor_step`` an actor step on ``Q_1``, then with ``target_step`` the polyak update. Returns the
-        :meth:`flat_metrics` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
-        step), ``q_mean`` and ``td_error [B]``. Run eagerly or compiled (:meth:`compiled`)."""
+        ``flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
+        step), ``q_mean`` and ``td_error [B]``. Run eagerly or compiled (``compiled``)."""
         s = self.preprocess(b.observation, b.desired_goal)
         critic_loss, q, td_error = self.critic_loss(b, s)
         adam_step(self.critic_optim, critic_loss, self.whole_update_ok)
