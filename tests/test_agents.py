@@ -331,9 +331,9 @@ def test_precision_is_validated():
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_the_device_has_native_bf16(monkeypatch, native):
-    import her_agents.algos.base as base
+    import her_agents.algos.device as device
 
-    monkeypatch.setattr(base, "native_bf16", lambda device: native)
+    monkeypatch.setattr(device, "native_bf16", lambda device: native)
     agent = make_agent("ddpg", OBS, GOAL, ACT, precision="auto", **SMALL)
     assert agent.config.precision == "auto"  # the config keeps what was asked (checkpoints resume anywhere)
     assert agent.precision == ("bf16" if native else "fp32")
@@ -427,7 +427,7 @@ def test_quantile_huber_loss_matches_the_term_by_term_sum():
 @pytest.mark.parametrize("clipped", [True, False])
 def test_td3_target_is_the_min_or_the_mean_over_target_critics(clipped):
     """``clipped_double_q``: the TD target bootstraps from the minimum over the target critics (TD3), or from their
-    mean; the loss and TD errors of :meth:`TD3Agent._critic_loss` against a target computed by hand."""
+    mean; the loss and TD errors of :meth:`TD3Agent.critic_loss` against a target computed by hand."""
     torch.manual_seed(0)
     batch_size = 8
     agent = TD3Agent(OBS, GOAL, ACT, TD3Config(hidden=(16,), n_critics=3, policy_noise=0.0, clipped_double_q=clipped,
@@ -438,7 +438,7 @@ def test_td3_target_is_the_min_or_the_mean_over_target_critics(clipped):
     state = agent.preprocess(b.observation, b.desired_goal)
     next_qs = -torch.rand(3, batch_size) * 10
     agent.critic_target = lambda s, a: next_qs
-    loss, q, td_error = agent._critic_loss(b, state)
+    loss, q, td_error = agent.critic_loss(b, state)
     bootstrap = next_qs.min(0).values if clipped else next_qs.mean(0)
     y = (b.reward + b.discount * (1 - b.terminated) * bootstrap).clamp(-50.0, 0.0)
     z = agent.critic(state, b.action).detach()
@@ -448,7 +448,7 @@ def test_td3_target_is_the_min_or_the_mean_over_target_critics(clipped):
 
 
 def test_tqc_target_drops_the_largest_pooled_atoms():
-    """The critic loss of :meth:`TQCAgent._critic_loss` against atoms computed by hand: the target critics' atoms
+    """The critic loss of :meth:`TQCAgent.critic_loss` against atoms computed by hand: the target critics' atoms
     pooled over critics, sorted, the top ``d * N`` dropped, then ``r + discount * (z - alpha log pi)``, clipped."""
     torch.manual_seed(0)
     n, m, d, batch_size = 2, 5, 2, 8
@@ -463,7 +463,7 @@ def test_tqc_target_drops_the_largest_pooled_atoms():
     agent.critic_target = lambda s, a: atoms
     agent.actor = lambda s: (torch.zeros(s.shape[0], ACT), log_prob)
     alpha = torch.tensor(0.3)
-    loss, _, _, td_error = agent._critic_loss(b, state, alpha)
+    loss, _, _, td_error = agent.critic_loss(b, state, alpha)
 
     expected_y = []
     for j in range(batch_size):
@@ -565,14 +565,14 @@ NEEDS_CXX = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "
 @NEEDS_CXX
 @pytest.mark.parametrize("algo, whole, extra", [
     ("ddpg", True, {}),
-    ("ddpg", False, {}),  # the loss functions alone, as under data-parallel training
+    ("ddpg", False, {}),  # the optimizer steps outside the graph, as under data-parallel training
     ("td3", True, {"policy_noise": 0.0, "policy_delay": 2}),  # twin critics, an update without an actor step
 ])
 def test_compiled_update_matches_eager_and_keeps_checkpoint_keys(algo, whole, extra):
     """agent.compile (no sampling noise in the update): the same initial weights give the same losses, TD errors,
     weights and Adam state after three updates as eager, and the state dict has the eager agent's keys. On the CPU
-    the whole update is one graph (losses, gradients, Adam steps, polyak); with ``whole_update_ok`` off only the
-    loss functions are compiled."""
+    the whole update is one graph (losses, gradients, Adam steps, polyak); with ``whole_update_ok`` off the
+    optimizer steps run outside it (``optimizer.step()``, as data-parallel training needs)."""
     batch = make_batch(32)
     agents, metrics = {}, {}
     for compiled in (False, True):
@@ -583,12 +583,7 @@ def test_compiled_update_matches_eager_and_keeps_checkpoint_keys(algo, whole, ex
         metrics[compiled] = [agent.update(batch) for _ in range(3)]
         agents[compiled] = agent
     fast = agents[True]
-    assert fast.compiles_whole_update() is whole
-    if whole:
-        assert fast.whole_update(fast._whole_step).compiled_ok is True
-    else:
-        assert fast.loss_fn(fast._critic_loss).compiled_ok is True
-        assert fast.loss_fn(fast._policy_loss).compiled_ok is True
+    assert fast.compiled(fast.train_step).compiled_ok is True
     for eager, comp in zip(metrics[False], metrics[True]):
         assert comp.keys() == eager.keys()
         for k in ("critic_loss", "actor_loss", "q_mean"):
@@ -623,7 +618,7 @@ def test_compiled_update_skips_guards_and_follows_a_loaded_state(algo, extra):
     warm.update_normalizer(batch.observation, batch.desired_goal)
     for _ in range(4):
         warm.update(batch)
-    assert warm.whole_update(warm._whole_step).skip_guards and warm.whole_update(warm._whole_step).compiled_ok
+    assert warm.compiled(warm.train_step).skip_guards and warm.compiled(warm.train_step).compiled_ok
     source = make_agent(algo, OBS, GOAL, ACT, layer_norm=True, **extra, **SMALL)
     source.update_normalizer(other_batch.observation, other_batch.desired_goal)
     for _ in range(3):
@@ -650,7 +645,7 @@ def test_compiled_sac_learns_a_fixed_target_in_bf16():
     first = agent.update(batch)
     for _ in range(200):
         last = agent.update(batch)
-    assert agent.compiles_whole_update() and agent.whole_update(agent._whole_step).compiled_ok
+    assert agent.compiled(agent.train_step).compiled_ok
     assert last["critic_loss"] < 0.1 * first["critic_loss"]
     assert np.isfinite(last["actor_loss"]) and last["td_error"].dtype == np.float32
 
@@ -668,7 +663,7 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     with pytest.warns(RuntimeWarning) as record:
         first = agent.update(batch)
     assert [str(w.message) for w in record] == [  # one warning: the actor loss then runs eagerly without trying
-        "agent.compile: torch.compile of DDPGAgent._whole_step failed, the update runs eagerly "
+        "agent.compile: torch.compile of DDPGAgent.train_step failed, the update runs eagerly "
         "(RuntimeError: InvalidCxxCompiler: No working C++ compiler found)"
     ]
     torch.manual_seed(0)
@@ -677,7 +672,7 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         agent.update(batch)  # warned once, then eager for good
-    assert agent.whole_update(agent._whole_step).compiled_ok is False
+    assert agent.compiled(agent.train_step).compiled_ok is False
 
 
 
@@ -701,9 +696,8 @@ def test_whole_update_without_a_working_cpp_wrapper_compiles_without_it(monkeypa
         warnings.simplefilter("error")
         agent.update(batch)
         agent.update(batch)
-    whole = agent.whole_update(agent._whole_step)
+    whole = agent.compiled(agent.train_step)
     assert calls == [True, False] and whole.compiled_ok is True and whole.cpp_wrapper is False
-    assert agent._compile_failed == [False]
 
 def test_td3_checkpoint_keeps_the_actor_loss_reported_between_delayed_steps():
     agent = make_agent("td3", OBS, GOAL, ACT, **SMALL)
@@ -816,7 +810,7 @@ def test_numpy_acting_equals_the_torch_policy_after_updates_and_loads(algo, laye
             state = agent.preprocess(torch.as_tensor(obs), torch.as_tensor(goal, dtype=torch.float32))
             return agent._policy(state, deterministic=True).numpy()
 
-    assert agent._numpy_policy() is not None  # the CPU path under test
+    assert agent.numpy_actor() is not None  # the CPU path under test
     np.testing.assert_allclose(agent.act(obs, goal, deterministic=True), torch_policy(), atol=2e-6)
     for _ in range(3):  # in-place optimizer steps are seen through the parameter views
         agent.update(batch)
@@ -873,7 +867,7 @@ def test_an_actor_numpy_cannot_mirror_acts_through_torch():
     agent = make_agent("td3", OBS, GOAL, ACT, **SMALL)
     agent.actor.net[1] = nn.Tanh()  # a layer numpy_mlp does not know
     batch = make_batch(8)
-    assert agent._numpy_policy() is None
+    assert agent.numpy_actor() is None
     with torch.no_grad():
         state = agent.preprocess(torch.as_tensor(batch.observation), torch.as_tensor(batch.desired_goal))
         expected = agent._policy(state, deterministic=True).numpy()
@@ -886,7 +880,7 @@ def test_update_runs_in_train_mode_and_torch_acting_in_eval_mode(algo):
     norm in a user's network behave); target networks always in eval mode."""
     agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
     agent.actor.dropout = nn.Dropout(0.5)  # a submodule a user's variant could add: follows its parent's mode
-    agent._numpy_policy = lambda: None  # the torch acting path (the numpy mirror handles plain MLPs only)
+    agent.numpy_acting = False  # the torch acting path (the numpy mirror handles plain MLPs only)
     items = agent._checkpoint_items().items()
     online = [m for name, m in items if isinstance(m, nn.Module) and "target" not in name]
     targets = [m for name, m in items if isinstance(m, nn.Module) and "target" in name]

@@ -137,7 +137,7 @@ def test_compile_is_announced_and_a_failed_compile_is_one_line_that_training_sur
     assert ("agent.compile: compiling the update (the first update takes 1-2 min on an idle core, seconds once cached "
             "on disk, minutes on a busy one)") in out
     failed = [line for line in out if "torch.compile" in line and "failed" in line]
-    assert failed == ["RuntimeWarning: agent.compile: torch.compile of SACAgent._whole_step failed, the update runs "
+    assert failed == ["RuntimeWarning: agent.compile: torch.compile of SACAgent.train_step failed, the update runs "
                       "eagerly (RuntimeError: InvalidCxxCompiler: No working C++ compiler found)"]
     assert result.history[-1]["updates"] > 0 and result.env_steps == 300
 

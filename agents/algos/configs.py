@@ -79,12 +79,12 @@ class AgentConfig:
     multiplies bf16 natively (``resolve_precision``) and fp32 elsewhere: on a CPU without AVX512-BF16 or AMX,
     bf16 matmuls are emulated and many times slower than fp32."""
     compile: bool = False
-    """Compile ``update()`` with ``torch.compile`` (Inductor), which fuses the LayerNorm, activation, bf16-cast and
-    optimizer kernels between the matmuls. On a CPU the whole update is one graph: losses, gradients, Adam steps and
-    the polyak update, with no Python, autograd-engine or optimizer overhead between them (data-parallel training
-    compiles the losses only, as it averages gradients before each optimizer step); on a CUDA device the loss
-    functions (forward and backward) run under CUDA graphs. The first update pays for compilation (1-2 min on a
-    CPU, where the update's wrapper is C++ too; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where
+    """Run ``update()`` through ``torch.compile`` (Inductor): the same update function, its losses, gradients,
+    Adam steps and polyak update traced into one graph, which fuses the LayerNorm, activation, bf16-cast and
+    optimizer kernels between the matmuls and leaves no Python, autograd-engine or optimizer overhead between them
+    (data-parallel training keeps the optimizer steps out of the graph: it averages gradients before each one). On
+    a CUDA device the graph runs under CUDA graphs. The first update pays for compilation (1-2 min on a CPU, where
+    the update's wrapper is C++ too; Inductor caches it on disk); on a CPU it needs a C++ compiler. Where
     compilation fails, one warning says why and the agent runs eagerly. Off by default; the Push (but
     ``fetch_push_ddpg_n3``), PickAndPlace and Slide configs set it."""
 

@@ -14,14 +14,13 @@ import itertools
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
     "DeterministicActor", "EnsembleCritic", "EnsembleLayerNorm", "EnsembleLinear", "Linear",
-    "SquashedGaussianActor", "full_precision", "mlp", "numpy_mlp", "tanh_log_det_jacobian",
+    "SquashedGaussianActor", "full_precision", "mlp", "tanh_log_det_jacobian",
 ]
 
 LOG_2 = math.log(2.0)
@@ -30,49 +29,6 @@ LOG_2 = math.log(2.0)
 def full_precision(x: torch.Tensor) -> torch.Tensor:
     """A bf16/fp16 tensor (an autocast matmul's output) -> float32; float32/float64 tensors are returned as is."""
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
-
-
-def numpy_mlp(net: nn.Sequential):
-    """``net``'s forward pass in numpy float32 over views of its CPU parameters (no copies: optimizer steps and
-    ``load_state_dict``, which write the parameters in place, are seen at once).
-
-    For acting with a few rows on a CPU, where a torch call's dispatch costs more than its arithmetic (e.g. the
-    3x256 actor on one row). Supports the layers ``mlp`` builds (``Linear``, ``LayerNorm``, ``ReLU``).
-
-    Returns:
-        ``f(x float32 [N, in]) -> float32 [N, out]``.
-    Raises:
-        TypeError: a layer of another type, or parameters not on the CPU.
-    """
-    steps = []
-    for m in net:
-        params = [p.detach() for p in m.parameters()]
-        if any(p.device.type != "cpu" for p in params):
-            raise TypeError("numpy_mlp needs the network's parameters on the CPU")
-        if isinstance(m, nn.Linear):
-            steps.append(("linear", m.weight.detach().numpy().T, m.bias.detach().numpy()))
-        elif isinstance(m, nn.LayerNorm):
-            steps.append(("layer_norm", m.weight.detach().numpy(), m.bias.detach().numpy(), m.eps))
-        elif isinstance(m, nn.ReLU):
-            steps.append(("relu",))
-        else:
-            raise TypeError(f"numpy_mlp supports Linear, LayerNorm and ReLU layers, got {type(m).__name__}")
-
-    def forward(x: np.ndarray) -> np.ndarray:
-        for step in steps:
-            if step[0] == "linear":
-                x = x @ step[1]
-                x += step[2]
-            elif step[0] == "relu":
-                np.maximum(x, 0.0, out=x)
-            else:
-                x = x - x.mean(-1, keepdims=True)
-                x /= np.sqrt(np.square(x).mean(-1, keepdims=True) + step[3])
-                x *= step[1]
-                x += step[2]
-        return x
-
-    return forward
 
 
 class Linear(nn.Linear):
@@ -122,13 +78,6 @@ class DeterministicActor(nn.Module):
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         return torch.tanh(full_precision(self.net(state)))
 
-    def numpy_policy(self):
-        """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: ``forward``
-        in
-        numpy (see ``numpy_mlp``); ``rng`` and ``noise`` are not used."""
-        net = numpy_mlp(self.net)
-        return lambda state, deterministic, rng, noise=None: np.tanh(net(state))
-
 
 def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
     """``log(1 - tanh(u)^2)`` in the numerically stable form ``2 * (log 2 - u - softplus(-2u))``."""
@@ -174,26 +123,6 @@ class SquashedGaussianActor(nn.Module):
         log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2.0 * math.pi)).sum(-1)
         log_prob = log_prob - tanh_log_det_jacobian(u).sum(-1)
         return torch.tanh(u), log_prob
-
-    def numpy_policy(self):
-        """``f(state float32 [N, S], deterministic, rng, noise=None) -> action float32 [N, A]``: the action of
-        ``forward`` in numpy (see ``numpy_mlp``), its standard normal sample ``noise [N, A]`` where given,
-        else drawn from the numpy Generator ``rng``."""
-        net = numpy_mlp(self.net)
-        lo, hi, A = self.log_std_min, self.log_std_max, self.action_dim
-
-        def policy(state: np.ndarray, deterministic: bool, rng: np.random.Generator,
-                   noise: np.ndarray | None = None) -> np.ndarray:
-            out = net(state)
-            mu = out[:, :A]
-            if deterministic:
-                return np.tanh(mu)
-            std = np.exp(np.clip(out[:, A:], lo, hi))
-            if noise is None:
-                noise = rng.standard_normal(mu.shape, dtype=np.float32)
-            return np.tanh(mu + std * noise)
-
-        return policy
 
     @staticmethod
     def log_prob_of_pre_tanh(mu: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

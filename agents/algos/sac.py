@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from .base import GoalConditionedAgentBase, freeze, make_adam, td_target
+from .base import GoalConditionedAgentBase, TensorBatch, td_target
+from .compiled import adam_step, freeze, make_adam
 from .configs import SACConfig
 from .networks import EnsembleCritic, SquashedGaussianActor
 
@@ -72,102 +74,60 @@ class SACAgent(GoalConditionedAgentBase):
     def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
         return self.actor(state, deterministic, noise)[0]
 
-    def update(self, batch) -> dict[str, float | np.ndarray]:
+    def update(self, batch: Any) -> dict[str, float | np.ndarray]:
         """One critic, actor and temperature step. Returns ``critic_loss`` (mean over critics),
         ``actor_loss``, ``q_mean``, ``alpha``, ``entropy`` (``-mean log pi``) and ``td_error``
         (``|y - Q_i|`` averaged over the critics, ``[B]`` float32)."""
-        self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
-        if self.compiles_whole_update():
-            return self._update_whole(b)
-        state = self.preprocess(b.observation, b.desired_goal)
-        alpha = self.temperature.log_alpha.detach().exp()
-
-        critic_loss, reported_critic_loss, q_mean, td_error = self.loss_fn(self._critic_loss)(b, state, alpha)
-        self.critic_optim.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optim.step()
-
-        freeze(self.params(self.critic), True)
-        actor_loss, log_prob = self.loss_fn(self._policy_loss)(state, alpha)
-        self.actor_optim.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optim.step()
-        freeze(self.params(self.critic), False)
-
-        # --- temperature: drive the entropy -E[log pi] towards target_entropy
-        log_prob = log_prob.detach()
-        if cfg.autotune:
-            alpha_loss = -(self.temperature.log_alpha * (log_prob + self.target_entropy)).mean()
-            self.alpha_optim.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optim.step()
-
-        self.num_updates += 1
-        if cfg.target_update_interval and self.num_updates % cfg.target_update_interval == 0:
-            self.update_targets()
-        return self._metrics(
-            {
-                "critic_loss": reported_critic_loss,
-                "actor_loss": actor_loss,
-                "q_mean": q_mean,
-                "alpha": alpha,
-                "entropy": -log_prob.mean(),
-            },
-            td_error,
-        )
-
-    def _update_whole(self, b) -> dict[str, float | np.ndarray]:
-        """[`update`][her_agents.algos.sac.SACAgent.update] as one compiled graph
-        ([`whole_update`][her_agents.algos.sac.SACAgent.whole_update]); the same steps in the same order."""
-        cfg = self.config
         self.num_updates += 1
         target_step = bool(cfg.target_update_interval) and self.num_updates % cfg.target_update_interval == 0
-        optims = (self.critic_optim, self.actor_optim) + ((self.alpha_optim,) if cfg.autotune else ())
-        self.polyak_params()  # listed outside the graph
-        flat = self.whole_update(self._whole_step)(b, self.adam_scalars(*optims), target_step)
-        return self._metrics_from_flat(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), flat)
+        flat = self.compiled(self.train_step)(b, target_step)
+        return self.metrics_from_flat(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), flat)
 
-    def _whole_step(self, b, scalars: torch.Tensor, target_step: bool) -> torch.Tensor:
-        """Critic, actor and (``autotune``) temperature steps, then (``target_step``) the polyak update: the
-        ``_flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy``
-        and ``td_error [B]``."""
-        state = self.preprocess(b.observation, b.desired_goal)
+    def train_step(self, b: TensorBatch, target_step: bool) -> torch.Tensor:
+        """SAC's update (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, Algorithm 1): a
+        critic step on the soft TD target, an actor step, with ``autotune`` a temperature step towards the target
+        entropy (Eq. 18), then with ``target_step`` the polyak update. Returns the ``flat_metrics`` of
+        ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy`` and ``td_error [B]``. Run
+        eagerly or compiled (``compiled``)."""
+        s = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
-        critic_loss, reported_critic_loss, q_mean, td_error = self._critic_loss(b, state, alpha)
-        self.adam_step_(self.critic_optim, critic_loss, scalars[0:2])
-        actor_loss, log_prob = self._policy_loss(state, alpha)
-        self.adam_step_(self.actor_optim, actor_loss, scalars[2:4])
+        critic_loss, reported_critic_loss, q_mean, td_error = self.critic_loss(b, s, alpha)
+        adam_step(self.critic_optim, critic_loss, self.whole_update_ok)
+        freeze(self.params(self.critic), True)
+        actor_loss, log_prob = self.actor_loss(s, alpha)
+        adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+        freeze(self.params(self.critic), False)
         log_prob = log_prob.detach()
-        if self.config.autotune:
+        if self.config.autotune:  # drive the entropy -E[log pi] towards target_entropy
             alpha_loss = -(self.temperature.log_alpha * (log_prob + self.target_entropy)).mean()
-            self.adam_step_(self.alpha_optim, alpha_loss, scalars[4:6])
+            adam_step(self.alpha_optim, alpha_loss, self.whole_update_ok)
         if target_step:
             self.update_targets()
-        return self._flat_metrics([reported_critic_loss, actor_loss, q_mean, alpha, -log_prob.mean()], td_error)
+        return self.flat_metrics([reported_critic_loss, actor_loss, q_mean, alpha, -log_prob.mean()], td_error)
 
-    def _critic_loss(self, b, state: torch.Tensor, alpha: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def critic_loss(self, b: TensorBatch, s: torch.Tensor, alpha: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, reported loss, Q mean, td_error [B])`` of the soft TD step:
         ``y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi``."""
         cfg = self.config
         with torch.no_grad():
-            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            s_next = self.preprocess(b.next_observation, b.desired_goal)
             with self.autocast():
-                next_action, next_log_prob = self.actor(next_state)
-                next_q = self.critic_target(next_state, next_action).min(0).values  # [B] float32
-            next_q = next_q - alpha * next_log_prob
-            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        loss, q, td_error = self._critic_regression(b, state, y)
+                a_next, log_prob_next = self.actor(s_next)
+                q_next = self.critic_target(s_next, a_next).min(0).values  # [B] float32
+            q_next = q_next - alpha * log_prob_next
+            y = td_target(b.reward, b.discount, b.terminated, q_next, cfg.q_clip)
+        loss, q, td_error = self.critic_regression(b, s, y)
         return loss, loss.detach() / cfg.n_critics, q.mean(), td_error
 
-    def _policy_loss(self, state: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def actor_loss(self, s: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, log_prob [B])``: minimize ``alpha log pi(a|s) - V(s, a)`` with ``a ~ pi`` reparameterized
         (Haarnoja et al. 2018, Eq. 12; ``V`` is ``_actor_value``), plus ``action_l2 * mean(a^2)``."""
         with self.autocast():
-            pi, log_prob = self.actor(state)
-            q_pi = self._actor_value(state, pi)
+            pi, log_prob = self.actor(s)
+            q_pi = self._actor_value(s, pi)
         loss = (alpha * log_prob - q_pi).mean() + self.config.action_l2 * pi.square().mean()
         return loss, log_prob
 
@@ -175,10 +135,10 @@ class SACAgent(GoalConditionedAgentBase):
         """The value the actor maximizes, ``min_i Q_i(s, a)`` ``[B]``."""
         return self.critic(state, action).min(0).values
 
-    def _target_pairs(self):
+    def _target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.critic_target, self.critic)]
 
-    def _checkpoint_items(self):
+    def _checkpoint_items(self) -> dict[str, Any]:
         return {
             "actor": self.actor,
             "critic": self.critic,

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from .base import GoalConditionedAgentBase, freeze, make_adam, td_target
+from .base import GoalConditionedAgentBase, TensorBatch, td_target
+from .compiled import adam_step, freeze, make_adam
 from .configs import TD3Config
 from .networks import DeterministicActor, EnsembleCritic
 
@@ -61,110 +63,70 @@ class TD3Agent(GoalConditionedAgentBase):
     def _policy(self, state: torch.Tensor, deterministic: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
         return self.actor(state)
 
-    def update(self, batch) -> dict[str, float | np.ndarray]:
+    def update(self, batch: Any) -> dict[str, float | np.ndarray]:
         """One critic step; every ``policy_delay`` updates also an actor step and target update.
 
         Returns ``critic_loss`` (mean over critics), ``actor_loss`` (latest), ``q_mean`` and ``td_error``
         (``|y - Q_i|`` averaged over the critics, ``[B]`` float32).
         """
-        self.set_training(True)
         cfg = self.config
         b = self.batch_to_tensors(batch)
-        if self.compiles_whole_update():
-            return self._update_whole(b)
-        state = self.preprocess(b.observation, b.desired_goal)
-
-        critic_loss, q, td_error = self.loss_fn(self._critic_loss)(b, state)
-        self.critic_optim.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optim.step()
-        self.num_updates += 1
-
-        # --- delayed actor step, then targets
-        if self.num_updates % cfg.policy_delay == 0:
-            freeze(self.params(self.critic), True)
-            actor_loss = self.loss_fn(self._policy_loss)(state)
-            self.actor_optim.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.actor_optim.step()
-            freeze(self.params(self.critic), False)
-            # a clone: under CUDA graphs (compile on CUDA) actor_loss lives in the graphs' memory, which the
-            # next update's replay overwrites, and updates between actor steps report this value
-            self._last_actor_loss = actor_loss.detach().clone()
-            interval = cfg.target_update_interval
-            if interval and self.num_updates % (cfg.policy_delay * interval) == 0:
-                self.update_targets()
-
-        return self._metrics(
-            {
-                "critic_loss": critic_loss.detach() / cfg.n_critics,
-                "actor_loss": self._last_actor_loss,
-                "q_mean": q.mean(),
-            },
-            td_error,
-        )
-
-    def _update_whole(self, b) -> dict[str, float | np.ndarray]:
-        """[`update`][her_agents.algos.td3.TD3Agent.update] as one compiled graph
-        ([`whole_update`][her_agents.algos.td3.TD3Agent.whole_update]); the same steps in the same order."""
-        cfg = self.config
         self.num_updates += 1
         actor_step = self.num_updates % cfg.policy_delay == 0
         interval = cfg.target_update_interval
         target_step = actor_step and bool(interval) and self.num_updates % (cfg.policy_delay * interval) == 0
-        optims = (self.critic_optim, self.actor_optim) if actor_step else (self.critic_optim,)
-        self.polyak_params()  # listed outside the graph
-        flat = self.whole_update(self._whole_step)(
-            b, self.adam_scalars(*optims), self._last_actor_loss, actor_step, target_step)
-        self._last_actor_loss = flat[1].clone()  # not a view of this update's output (next call's input)
-        return self._metrics_from_flat(("critic_loss", "actor_loss", "q_mean"), flat)
+        flat = self.compiled(self.train_step)(b, self._last_actor_loss, actor_step, target_step)
+        # a clone: not a view of this update's output (the next call's input; CUDA graphs overwrite outputs)
+        self._last_actor_loss = flat[1].clone()
+        return self.metrics_from_flat(("critic_loss", "actor_loss", "q_mean"), flat)
 
-    def _whole_step(self, b, scalars: torch.Tensor, last_actor_loss: torch.Tensor, actor_step: bool,
-                    target_step: bool) -> torch.Tensor:
-        """Critic step, then (``actor_step``) actor step and (``target_step``) polyak update: the
-        ``_flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
-        step), ``q_mean`` and ``td_error [B]``."""
-        state = self.preprocess(b.observation, b.desired_goal)
-        critic_loss, q, td_error = self._critic_loss(b, state)
-        self.adam_step_(self.critic_optim, critic_loss, scalars[0:2])
+    def train_step(self, b: TensorBatch, last_actor_loss: torch.Tensor, actor_step: bool, target_step: bool
+                   ) -> torch.Tensor:
+        """TD3's update (Fujimoto et al. 2018, Algorithm 1): a critic step on the clipped double-Q target; with
+        ``actor_step`` an actor step on ``Q_1``, then with ``target_step`` the polyak update. Returns the
+        ``flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss`` (``last_actor_loss`` without an actor
+        step), ``q_mean`` and ``td_error [B]``. Run eagerly or compiled (``compiled``)."""
+        s = self.preprocess(b.observation, b.desired_goal)
+        critic_loss, q, td_error = self.critic_loss(b, s)
+        adam_step(self.critic_optim, critic_loss, self.whole_update_ok)
         actor_loss = last_actor_loss
         if actor_step:
-            actor_loss = self._policy_loss(state)
-            self.adam_step_(self.actor_optim, actor_loss, scalars[2:4])
+            freeze(self.params(self.critic), True)
+            actor_loss = self.actor_loss(s)
+            adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+            freeze(self.params(self.critic), False)
             if target_step:
                 self.update_targets()
-        return self._flat_metrics([critic_loss / self.config.n_critics, actor_loss, q.mean()], td_error)
+        return self.flat_metrics([critic_loss / self.config.n_critics, actor_loss, q.mean()], td_error)
 
-    def _critic_loss(self, b, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def critic_loss(self, b: TensorBatch, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, Q [n_critics, B] detached, td_error [B])`` (Fujimoto et al. 2018, Eq. 10 and 15):
         ``y = clip(r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))))`` (``mean_i`` without
         ``clipped_double_q``); the loss is the sum over critics of each critic's ``mean(weight * (Q_i - y)^2)``;
         ``td_error = |y - Q_i|`` averaged over critics."""
         cfg = self.config
         with torch.no_grad():
-            next_state = self.preprocess(b.next_observation, b.desired_goal)
+            s_next = self.preprocess(b.next_observation, b.desired_goal)
             with self.autocast():
-                next_action = smoothed_target_action(
-                    self.actor_target(next_state), cfg.policy_noise, cfg.noise_clip
-                )
-                next_qs = self.critic_target(next_state, next_action)  # [n_critics, B] float32
-                next_q = next_qs.min(0).values if cfg.clipped_double_q else next_qs.mean(0)
-            y = td_target(b.reward, b.discount, b.terminated, next_q, cfg.q_clip)
-        return self._critic_regression(b, state, y)
+                a_next = smoothed_target_action(self.actor_target(s_next), cfg.policy_noise, cfg.noise_clip)
+                q_next = self.critic_target(s_next, a_next)  # [n_critics, B] float32
+                q_next = q_next.min(0).values if cfg.clipped_double_q else q_next.mean(0)
+            y = td_target(b.reward, b.discount, b.terminated, q_next, cfg.q_clip)
+        return self.critic_regression(b, s, y)
 
-    def _policy_loss(self, state: torch.Tensor) -> torch.Tensor:
+    def actor_loss(self, s: torch.Tensor) -> torch.Tensor:
         """Maximize ``Q_1(s, mu(s))`` (deterministic policy gradient, Silver et al. 2014) with the action L2 penalty
         ``action_l2 * mean(mu(s)^2)`` of openai/baselines HER."""
         with self.autocast():
-            pi = self.actor(state)
-            q_pi = self._actor_value(state, pi)
+            pi = self.actor(s)
+            q_pi = self._actor_value(s, pi)
         return -q_pi.mean() + self.config.action_l2 * pi.square().mean()
 
     def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``Q_1(s, a)`` ``[B]``, the first critic (Fujimoto et al. 2018, Alg. 1: the actor follows ``Q_theta1``)."""
         return self.critic(state, action, member=0)[0]
 
-    def _target_pairs(self):
+    def _target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.actor_target, self.actor), (self.critic_target, self.critic)]
 
     def state_dict(self) -> dict[str, Any]:
@@ -179,7 +141,7 @@ class TD3Agent(GoalConditionedAgentBase):
         if "last_actor_loss" in state:
             self._last_actor_loss = torch.as_tensor(state["last_actor_loss"]).to(self.device)
 
-    def _checkpoint_items(self):
+    def _checkpoint_items(self) -> dict[str, Any]:
         return {
             "actor": self.actor,
             "critic": self.critic,

@@ -65,7 +65,7 @@ class TQCAgent(SACAgent):
         return EnsembleCritic(self.state_dim, self.action_dim, cfg.hidden, cfg.n_critics, cfg.layer_norm,
                               n_quantiles=cfg.n_quantiles)
 
-    def _critic_loss(self, b: TensorBatch, state: torch.Tensor, alpha: torch.Tensor
+    def critic_loss(self, b: TensorBatch, state: torch.Tensor, alpha: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Target atoms ``y_k = r + discount * (1 - terminated) * (z_(k)(s', a') - alpha log pi(a'|s'))`` for the
         ``N * (M - d)`` smallest pooled target atoms ``z_(k)``, each clipped to ``q_clip``."""

@@ -18,7 +18,7 @@ the matmuls of the update (forward and backward, shapes and dtype recorded from 
 
 ``--device cuda`` puts the agents, the reference and the batches (as device tensors) on the GPU, and the FLOP
 floor's operands too; each timing is bracketed by ``torch.cuda.synchronize()``. There ``--compile`` is the agents'
-CUDA-graph path (``torch.compile(mode="reduce-overhead")``, see ``her_agents.algos.base.CompiledOrEager``).
+CUDA-graph path (``torch.compile(mode="reduce-overhead")``, see ``her_agents.algos.compiled.CompiledOrEager``).
 """
 
 from __future__ import annotations
