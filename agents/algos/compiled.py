@@ -67,14 +67,15 @@ def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bo
         _optimizer_step(optimizer, params, grads)
         return
     beta1, beta2 = group["betas"]
+    states = [optimizer.state[p] for p in params]
     with torch.no_grad():
-        for p, g in zip(params, grads):
-            state = optimizer.state[p]
-            step = state["step"].add_(1.0)
+        torch._foreach_add_([st["step"] for st in states], 1.0)
+        step = states[0]["step"]  # every parameter of the group takes the same steps: the scalars once
+        step_size = group["lr"] / (1.0 - beta1**step)
+        bias_correction2_sqrt = (1.0 - beta2**step).sqrt()
+        for p, g, state in zip(params, grads, states):
             state["exp_avg"].lerp_(g, 1.0 - beta1)
             state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
-            step_size = group["lr"] / (1.0 - beta1**step)
-            bias_correction2_sqrt = (1.0 - beta2**step).sqrt()
             p.sub_(step_size * state["exp_avg"] / (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt + group["eps"]))
 
 
