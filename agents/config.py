@@ -28,8 +28,9 @@ import importlib.resources
 import io
 import os
 import re
+import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -52,7 +53,10 @@ from .fields import (
 )
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:  # its home before 3.11
+        from importlib.abc import Traversable
 
 __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig", "LogConfig",
            "ReplayConfig", "TrainConfig", "WandbConfig", "agent_config", "agent_section", "check_device", "check_replay",
@@ -446,7 +450,8 @@ def config_dict(cfg: Config) -> dict[str, Any]:
             out["agent"] = {k: v for k, v in dataclasses.asdict(cfg.agent).items() if k not in drop}
         elif f.metadata.get("key", True):
             value = getattr(cfg, f.name)
-            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            is_section = dataclasses.is_dataclass(value) and not isinstance(value, type)
+            out[f.name] = dataclasses.asdict(value) if is_section else value
     return out
 
 
@@ -641,14 +646,14 @@ def _merge(base: DictConfig, layers: list[Any], overrides: list[str] | None) -> 
     for layer in layers:
         _check_sections(base, layer, overrides)
     try:
-        return OmegaConf.merge(base, *layers)
+        return cast(DictConfig, OmegaConf.merge(base, *layers))  # merged onto a DictConfig
     except (ConfigKeyError, ValidationError) as exc:
         key = getattr(exc, "full_key", None) or ""
         if isinstance(exc, ConfigKeyError) or _field_type(key) is None:
             valid = _valid_keys(base)
             raise ValueError(f"unknown key {key or str(exc).splitlines()[0]!r}{_did_you_mean(key, valid)}; valid "
                              f"keys: {', '.join(valid)}") from None
-        value = getattr(exc, "value", None)
+        value: Any = getattr(exc, "value", None)
         value = value._value() if hasattr(value, "_value") else value  # an OmegaConf node
         raise ValueError(f"{key} must be {describe_type(_field_type(key))}, got {_got(key, overrides, value)}"
                          ) from None
@@ -703,16 +708,16 @@ def _check_literal(layer: DictConfig, where: str = "", prefix: str = "") -> None
 
     Raises:
         ValueError: one line naming ``where`` (the file), the key and the value."""
-    for key in layer:
+    for key in cast(Iterable[str], layer):  # YAML keys (OmegaConf types them as any DictKeyType)
         full = f"{prefix}{key}"
         if OmegaConf.is_missing(layer, key):
             raise ValueError(f"{where}{full}: expected a value, got OmegaConf's missing-value marker '???'; set a "
                              f"value or leave the key out for its default")
+        node: Any = layer._get_node(key)  # a DictConfig, a ListConfig or a value node
         if OmegaConf.is_interpolation(layer, key):
-            raw = layer._get_node(key)._value()  # the text, unresolved
+            raw = node._value()  # the text, unresolved
             raise ValueError(f"{where}{full}: expected a plain value, got the OmegaConf interpolation {raw!r} "
                              "(not supported in configs: write the value itself)")
-        node = layer._get_node(key)
         if OmegaConf.is_dict(node):
             _check_literal(node, where, f"{full}.")
         elif OmegaConf.is_list(node):
@@ -789,9 +794,10 @@ def _check_frozen(old: dict[str, Any], new: dict[str, Any], keys: list[str]) -> 
 
 def _select(values: Mapping[str, Any], key: str) -> Any:
     """The value of a dotted key in nested mappings (None where a part is missing)."""
+    value: Any = values
     for part in key.split("."):
-        values = values.get(part) if isinstance(values, Mapping) else None
-    return values
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
 
 
 def _plain(value: Any) -> Any:

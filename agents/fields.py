@@ -71,7 +71,8 @@ def check_types(obj: Any) -> None:
         ValueError: ``"{field} must be {describe_type(hint)}, got {value!r} ({type})"`` for the first field whose
             value does not fit its annotation.
     """
-    hints = _hints(type(obj))
+    cls: type = type(obj)
+    hints = _hints(cls)
     for f in dataclasses.fields(obj):
         setattr(obj, f.name, convert(getattr(obj, f.name), hints[f.name], f.name))
 

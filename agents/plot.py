@@ -18,6 +18,7 @@ import csv
 import errno
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     return out
 
 
-def _read_runs(dirs: list[str | Path], metric: str) -> list[dict[str, np.ndarray]]:
+def _read_runs(dirs: Sequence[str | Path], metric: str) -> list[dict[str, np.ndarray]]:
     """``read_metrics`` of each run, which must have the column ``metric``.
 
     Raises:
@@ -139,7 +140,7 @@ def _run_env_id(run: str | Path) -> str | None:
     return env_id if isinstance(env_id, str) else None
 
 
-def group_notes(groups: dict[str, list[str | Path]]) -> list[str]:
+def group_notes(groups: Mapping[str, Sequence[str | Path]]) -> list[str]:
     """Lines for the user about the labels' means: a label whose runs are of different env ids (read from each
     run's ``config.yaml``; the mean would average different tasks), and one whose runs evaluated at different
     env steps (its mean leaves out the evaluations not every run has).
@@ -170,7 +171,7 @@ def group_notes(groups: dict[str, list[str | Path]]) -> list[str]:
     return notes
 
 
-def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: str = "eval/success_rate",
+def plot_curves(groups: Mapping[str, Sequence[str | Path]], out: str | Path, metric: str = "eval/success_rate",
                 title: str | None = None) -> Path:
     """Draw ``metric`` against env steps and wall time (minutes) for each labelled group of runs: the mean at
     the env steps where every run of the group evaluated, with a min-max band.
@@ -183,7 +184,7 @@ def plot_curves(groups: dict[str, list[str | Path]], out: str | Path, metric: st
     return _save(_figure(groups, metric, title), out)
 
 
-def _figure(groups: dict[str, list[str | Path]], metric: str, title: str | None) -> Any:
+def _figure(groups: Mapping[str, Sequence[str | Path]], metric: str, title: str | None) -> Any:
     """The figure of ``plot_curves`` (raises as it does, but for the write)."""
     import matplotlib
 
@@ -273,7 +274,7 @@ def _steps_label(v: float) -> str:
     return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v >= 1000 else f"{v:g}"
 
 
-def results_table(groups: dict[str, list[str | Path]], at: list[float], levels: tuple[float, ...] = (0.5, 0.9),
+def results_table(groups: Mapping[str, Sequence[str | Path]], at: list[float], levels: tuple[float, ...] = (0.5, 0.9),
                   metric: str = "eval/success_rate") -> str:
     """A markdown table, one row per run and one mean row per group of several: env steps to reach each of
     ``levels`` (first evaluation at or above it; "-" if never), ``metric`` at the env steps ``at`` (the last

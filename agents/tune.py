@@ -27,7 +27,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -59,9 +59,11 @@ class Param:
             coded = [json.dumps(c) if isinstance(c, (list, dict)) else c for c in self.choices]
             value = trial.suggest_categorical(self.key, coded)
             return self.choices[coded.index(value)]
+        low, high = self.low, self.high
+        assert low is not None and high is not None, "a range has both ends (load_space)"
         if self.distribution == "int":
-            return trial.suggest_int(self.key, int(self.low), int(self.high), step=self.step or 1)
-        return trial.suggest_float(self.key, float(self.low), float(self.high), log=self.distribution == "log-float")
+            return trial.suggest_int(self.key, int(low), int(high), step=self.step or 1)
+        return trial.suggest_float(self.key, float(low), float(high), log=self.distribution == "log-float")
 
     def corner_values(self) -> list[Any]:
         """The values the config layer checks up front: both ends of a range, every choice."""
@@ -113,7 +115,8 @@ def load_space(path: str | Path) -> list[Param]:
                 raise ValueError(f"{where}: categorical needs a non-empty list of choices, got {choices!r}")
             params.append(Param(str(key), dist, choices=tuple(choices)))
             continue
-        low, high = spec.get("low"), spec.get("high")
+        low: Any = spec.get("low")  # checked just below
+        high: Any = spec.get("high")
         number = int if dist == "int" else (int, float)
         for name, v in (("low", low), ("high", high)):
             if not isinstance(v, number) or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)):
@@ -180,7 +183,7 @@ class Objective:
         raise ValueError(f"--objective must be success, auc or steps_to:LEVEL (0 < LEVEL <= 1), got {text!r}")
 
     @property
-    def direction(self) -> str:
+    def direction(self) -> Literal["minimize", "maximize"]:
         return "minimize" if self.kind == "steps_to" else "maximize"
 
     def __str__(self) -> str:

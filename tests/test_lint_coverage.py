@@ -17,3 +17,14 @@ def test_ruff_sees_every_tracked_python_file():
     seen = {Path(line.strip()).resolve() for line in linted.stdout.splitlines() if line.strip().endswith(".py")}
     missed = sorted(p for p in tracked.stdout.split() if (ROOT / p).resolve() not in seen)
     assert not missed, f"ruff skips {missed}"
+
+
+def test_mypy_checks_every_product_package():
+    """`mypy` (in .ci/run) reads its folders from pyproject.toml: each product package is among them, and the
+    mapping of the installed name `her_envs` (which agents/ imports) to envs/ is on its path."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert sorted(mypy["files"]) == ["agents", "envs", "her"]
+    assert (ROOT / mypy["mypy_path"] / "her_envs" / "__init__.pyi").is_file()
+    assert "\nmypy\n" in (ROOT / ".ci" / "run").read_text()

@@ -5,7 +5,7 @@ algorithm names with their agent classes (the names with their config dataclasse
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import GoalConditionedAgentBase, q_clip_for_env
 from .configs import CONFIGS, AgentConfig, algo_name, config_class, config_fields
@@ -26,6 +26,11 @@ AGENTS: dict[str, tuple[type[GoalConditionedAgentBase], type[AgentConfig]]] = {
     "tqc": (TQCAgent, TQCConfig),
 }
 assert {k: c for k, (_, c) in AGENTS.items()} == CONFIGS, "every algorithm has its agent class and its config"
+
+if TYPE_CHECKING:  # for mypy: each agent class satisfies the Agent protocol, what the loop uses of an agent
+    from .base import Agent
+
+    _AGENT_CLASSES: tuple[type[Agent], ...] = (DDPGAgent, TD3Agent, SACAgent, TQCAgent)
 
 #: keyword arguments that go to the agent constructor rather than its config
 AGENT_KWARGS = ("device", "n_threads")

@@ -16,7 +16,7 @@ from torch import nn
 
 from .base import GoalConditionedAgentBase, TensorBatch, td_target
 from .compiled import adam_step, freeze, make_adam
-from .configs import TD3Config
+from .configs import DDPGConfig, TD3Config
 from .networks import DeterministicActor, EnsembleCritic
 
 __all__ = ["TD3Agent", "TD3Config", "smoothed_target_action"]
@@ -37,14 +37,14 @@ class TD3Agent(GoalConditionedAgentBase):
     """Goal-conditioned TD3. See [`GoalConditionedAgentBase`][her_agents.algos.td3.GoalConditionedAgentBase]
     for the constructor arguments."""
 
-    config: TD3Config
+    config: TD3Config | DDPGConfig  # DDPGAgent runs this class with TD3's pieces fixed off (DDPGConfig)
 
     def __init__(
         self,
         obs_dim: int,
         goal_dim: int,
         action_dim: int,
-        config: TD3Config | None = None,
+        config: TD3Config | DDPGConfig | None = None,
         device: str | torch.device = "auto",
         n_threads: int | None = None,
     ) -> None:

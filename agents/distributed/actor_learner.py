@@ -78,13 +78,19 @@ def _worker_name(rank: int) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _learner_state() -> _LearnerState:
+    """The learner's state, set (``LearnerHooks.start``) before the learner joins the RPC group."""
+    assert _LEARNER_STATE is not None, "the learner serves RPCs only once started"
+    return _LEARNER_STATE
+
+
 def _rpc_config() -> tuple[str, dict[str, Any]]:
     return _CONFIG["digest"], _CONFIG["flat"]
 
 
 def _rpc_add_episode(actor_rank: int, seq: int, episode: dict[str, Any]) -> int:
     """Learner side: queue one complete episode for ``storage.add_episode``. Returns the weights version."""
-    st = _LEARNER_STATE
+    st = _learner_state()
     with st.lock:  # env steps are counted on receipt, so the actors stop right at the budget
         st.inbox.put((actor_rank, seq, episode))
         st.received_steps += len(episode["action"])
@@ -95,17 +101,17 @@ def _rpc_add_episode(actor_rank: int, seq: int, episode: dict[str, Any]) -> int:
 
 def _rpc_start_steps() -> int:
     """Learner side: the run's env steps when the learner started (a resume's checkpoint; 0 for a new run)."""
-    return _LEARNER_STATE.start_steps
+    return _learner_state().start_steps
 
 
 def _rpc_request_stop(signum: int) -> None:
     """Learner side: an actor received ``signum``: stop the run (checkpoint) as a signal to the learner would."""
-    _LEARNER_STATE.stop_requested = signum
+    _learner_state().stop_requested = signum
 
 
 def _rpc_fetch_weights(have_version: int) -> tuple[int, dict[str, Any] | None, bool]:
     """Learner side: ``(version, weights or None if not newer, stop)``."""
-    st = _LEARNER_STATE
+    st = _learner_state()
     weights = st.weights  # one reference read: a consistent snapshot
     version, payload = weights
     return version, (payload if version > have_version else None), st.stop
@@ -190,9 +196,15 @@ class LearnerHooks(LoopHooks):
         self.st = _LEARNER_STATE = st
         _init_rpc(self.cfg, 0, self.world)
 
+    def _started(self) -> tuple[Run, _LearnerState]:
+        """The run and the learner's state, set by ``start`` (the loop's first call of the hooks that use them)."""
+        assert self.run is not None and self.st is not None, "LearnerHooks.start runs first"
+        return self.run, self.st
+
     def should_stop(self, requested: bool, env_steps: int) -> bool:
-        if requested or self.st.stop_requested is not None:
-            self.st.stop = True  # the actors stop at their next weight fetch
+        _, st = self._started()
+        if requested or st.stop_requested is not None:
+            st.stop = True  # the actors stop at their next weight fetch
             return True
         return False
 
@@ -201,17 +213,18 @@ class LearnerHooks(LoopHooks):
         received (waiting up to 50 ms for the first); returns their env steps."""
         updates = run.state.counters["updates"]
         if updates - self._published_at >= self.cfg.dist.weight_sync_every:
-            self.st.publish(run.state.agent)
+            self._started()[1].publish(run.state.agent)
             self._published_at = updates
         return self.ingest(block=True)
 
     def ingest(self, block: bool = False) -> int:
         """Store the episodes in the inbox as the loop stores its own (counters, successes, normalizers)."""
-        s, t_cfg = self.run.state, self.cfg.train
+        run, st = self._started()
+        s, t_cfg = run.state, self.cfg.train
         n_steps = 0
         while True:
             try:
-                actor, seq, ep = self.st.inbox.get(timeout=0.05) if block else self.st.inbox.get_nowait()
+                actor, seq, ep = st.inbox.get(timeout=0.05) if block else st.inbox.get_nowait()
             except queue.Empty:
                 return n_steps
             block = False
@@ -230,7 +243,7 @@ class LearnerHooks(LoopHooks):
             s.evals.train_successes.append(float(ep["is_success"]))
 
     def row_extras(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"dist/world_size": self.world, "dist/weights_version": self.st.version}
+        return {"dist/world_size": self.world, "dist/weights_version": self._started()[1].version}
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights_version": self.st.version if self.st else self._version}
@@ -243,18 +256,19 @@ class LearnerHooks(LoopHooks):
         delivered and stored, not checkpointed); else at once (a crash)."""
         if self.st is None:  # the loop refused before the learner joined the group
             return
-        self.st.stop = True
+        run, st = self._started()
+        st.stop = True
         if not graceful:
             rpc.shutdown(graceful=False)
             return
-        self.st.publish(self.run.state.agent)
+        st.publish(run.state.agent)
         rpc.shutdown()  # waits for every actor; their last episodes are delivered before it returns
         self.ingest()  # ... and stored here
-        c = self.run.state.counters
+        c = run.state.counters
         _dump("learner", {"received": {str(k): v for k, v in self.received.items()}, "duplicates": self.duplicates,
-                          "n_episodes_added": self.run.state.replay.storage.n_episodes_added,
+                          "n_episodes_added": run.state.replay.storage.n_episodes_added,
                           "env_steps": c["env_steps"], "updates": c["updates"],
-                          "published": {str(k): v for k, v in self.st.published.items()}})
+                          "published": {str(k): v for k, v in st.published.items()}})
 
 
 def _run_learner(cfg: Config, world: int, resume: str | None, overwrite: bool) -> TrainResult:

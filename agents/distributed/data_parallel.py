@@ -75,7 +75,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..algos.base import Agent
+from ..algos.base import Agent, GoalConditionedAgentBase
 from ..algos.normalizer import RunningNormalizer
 from ..config import Config, config_dict
 from ..loop.train import LoopHooks, TrainResult, UpdateSchedule, train
@@ -312,7 +312,8 @@ class DistContext(LoopHooks):
             norm = getattr(agent, name)
             norm.load_state_dict(self.share(norm.state_dict()))
             self._pending[name] = [np.zeros(norm.size), np.zeros(norm.size), np.zeros(1)]
-        agent.whole_update_ok = False  # the averaging below hooks optimizer.step(), which a whole-update graph skips
+        if isinstance(agent, GoalConditionedAgentBase):  # its compiled update: the averaging below hooks
+            agent.whole_update_ok = False  # optimizer.step(), which a whole-update graph skips
         for opt in agent.optimizers().values():
             self._hooks.append(opt.register_step_pre_hook(self._average_gradients))
         return DataParallelAgent(agent, self._pending)

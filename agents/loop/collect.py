@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -13,9 +14,13 @@ import her
 from ..algos.base import Agent
 from her_envs import GoalEnvSpec, VectorStep, check_rewards, split_autoreset, step_info
 
-__all__ = ["DIVERGED_Q_FACTOR", "NetworksDiverged", "check_finite_actions", "choose_action", "choose_behaviour_goals", "collect_step",
+__all__ = ["DIVERGED_Q_FACTOR", "MadeVectorEnv", "NetworksDiverged", "check_finite_actions", "choose_action", "choose_behaviour_goals", "collect_step",
            "learn_step", "normalize_from_episode"]
 
+
+MadeVectorEnv = gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv
+"""The vector envs ``her_envs.make_vector_env`` builds; the loop reads and sets their sub-envs' attributes
+(``get_attr``, ``set_attr``), which gymnasium's ``VectorEnv`` base does not have."""
 
 DIVERGED_Q_FACTOR = 1000.0
 """A critic whose mean Q is this many times farther from zero than the largest return the env allows
@@ -96,7 +101,7 @@ def learn_step(agent: Agent, replay: her.HerReplayBuffer, batch_size: int, metri
             raise NetworksDiverged(f"q_mean is {values['q_mean']:.3g} where the returns lie in [{lo:g}, {hi:g}]",
                                    int(agent.num_updates))
     if replay.prioritized:  # a uniform buffer refuses priorities
-        replay.update_priorities(batch.index, m["td_error"])
+        replay.update_priorities(batch.index, cast(np.ndarray, m["td_error"]))
     for k, v in values.items():
         metrics.setdefault(k, []).append(v)
 
@@ -109,12 +114,15 @@ def normalize_from_episode(agent: Agent, replay: her.HerReplayBuffer, start: int
     slots = (start + np.arange(T)) % replay.storage.n_slots
     if relabeled:
         b = replay.batch_from_slots(slots)
+        assert b.desired_goal is not None, "the loop's storages hold goals"
         agent.update_normalizer(b.observation, b.desired_goal)
     else:
-        agent.update_normalizer(replay.storage.observation[slots], replay.storage.desired_goal[slots])
+        desired_goal = replay.storage.desired_goal
+        assert desired_goal is not None, "the loop's storages hold goals"
+        agent.update_normalizer(replay.storage.observation[slots], desired_goal[slots])
 
 
-def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: gym.vector.VectorEnv,
+def choose_behaviour_goals(agent: Agent, replay: her.HerReplayBuffer, env: MadeVectorEnv,
                            obs: dict[str, np.ndarray], starting: np.ndarray, share: float,
                            goals: her.MinDensityGoals, rng: np.random.Generator) -> np.ndarray:
     """Give a behaviour goal (``goals.select``, the agent's [`value`][her_agents.algos.base.Agent.value] as

@@ -44,6 +44,7 @@ from ..run.logger import NullLogger, RunLogger
 from ..run.run_control import GracefulStop, RunDirLock, RunFailed, TrainingStopped, prepare_run_dir
 from ..tools import allocation_failure
 from .collect import (
+    MadeVectorEnv,
     NetworksDiverged,
     check_finite_actions,
     choose_action,
@@ -154,7 +155,7 @@ def build_replay(cfg: Config, spec: Any, total_updates: int) -> her.HerReplayBuf
         max_episode_steps=spec.max_episode_steps or 50, n_envs=cfg.env.n_envs,
         info_shapes=dict(spec.info_shapes),
     )
-    sampler = None
+    sampler: her.Sampler | None = None
     if r.prioritized:
         sampler = her.PrioritizedSampler(
             alpha=r.alpha, beta0=r.beta0, beta_annealing_steps=total_updates, eps=r.eps,
@@ -444,12 +445,12 @@ class TrainingState:
 
     agent: Agent
     replay: her.HerReplayBuffer
-    eval_env: gym.vector.VectorEnv
+    eval_env: MadeVectorEnv
     counters: dict[str, Any]
     schedule: UpdateSchedule
     evals: EvalLog
     rng: np.random.Generator | None = None
-    env: gym.vector.VectorEnv | None = None
+    env: MadeVectorEnv | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """More entries for ``checkpoint.pt`` (e.g. the W&B run id)."""
     goals: her.MinDensityGoals | None = None
@@ -514,7 +515,7 @@ class TrainingState:
         if self.env is not None and self.rare_states and len(envs.get("train_archive", ())) == self.env.num_envs:
             self.env.set_attr("rare_state_archive", envs["train_archive"])
         self.envs_restored = self.env is not None and "train" in envs
-        if self.envs_restored:
+        if self.envs_restored and self.env is not None:
             set_vector_rng_states(self.env, envs["train"])
         return missing
 
@@ -566,7 +567,8 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
     """``start_run``, then the loop's steps until ``train.total_env_steps`` or a stop; the logger finishes
     the run (``status``) whichever way the loop ends."""
     run = start_run(cfg, resume, overwrite, hooks, cleanup)
-    status, crash = "crashed", None
+    status = "crashed"
+    crash: BaseException | None = None
     try:
         hooks.start(run)
         while run.env_steps < run.cfg.train.total_env_steps:
@@ -681,6 +683,7 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
         obs, _ = env.reset() if envs_restored else env.reset(seed=t_cfg.seed + counters["episodes"])
     replay.discard_in_progress()
     if state.goals is not None:  # every env starts an episode (a resume: with a goal chosen afresh)
+        assert env is not None, "behaviour goals need training envs"
         state.goal_given = choose_behaviour_goals(agent, replay, env, obs, np.ones(cfg.env.n_envs, bool),
                                                   cfg.env.behaviour_goals, state.goals, rng)
     return Run(cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
@@ -700,11 +703,12 @@ def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, 
     run_dir, refusal = hooks.share((lock.run_dir if lock else None, refusal))
     if refusal is not None:
         raise refusal
+    assert run_dir is not None, "the main process opened it"
     return run_dir
 
 
 def _open_envs(cfg: Config, seed: int, cleanup: contextlib.ExitStack,
-               training: bool = True) -> tuple[gym.vector.VectorEnv | None, gym.vector.VectorEnv]:
+               training: bool = True) -> tuple[MadeVectorEnv | None, MadeVectorEnv]:
     """The training (None without ``training``) and the evaluation vector envs (seeds ``seed`` and
     ``seed + 10_000``)."""
     env = None
@@ -738,6 +742,7 @@ def collect(run: Run) -> int:
     count finished episodes and their successes, and feed the normalizers the episodes completed. Returns the
     env steps stored (``env.n_envs``)."""
     s, t_cfg = run.state, run.cfg.train
+    assert s.env is not None and s.rng is not None, "a process that collects has training envs"
     warmup = s.counters["env_steps"] < t_cfg.warmup_steps
     action = choose_action(s.agent, run.obs, run.spec, run.n_envs, warmup, s.rng)
     run.obs, step, stored = collect_step(s.env, run.obs, action, s.replay, run.spec.info_shapes, run.reward_guard,
@@ -748,6 +753,7 @@ def collect(run: Run) -> int:
         s.evals.train_successes.extend(step.is_success[step.done].astype(float).tolist())  # in place: EvalLog's
         s.counters["episodes"] += int(step.done.sum())
         if s.goals is not None:  # MEGA's cutoff follows the behaviour-goal episodes' success
+            assert s.goal_given is not None, "set with the goals"
             s.goals.record(step.is_success[step.done & s.goal_given])
             s.goal_given[step.done] = choose_behaviour_goals(s.agent, s.replay, s.env, run.obs, step.done,
                                                              run.cfg.env.behaviour_goals, s.goals, s.rng)[step.done]

@@ -181,7 +181,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     write_atomic(path, lambda f: torch.save(state, f))
 
 
-_OWN_ENTRIES = {"agent_rng": None, "replay_schedule": None, "update_schedule": None, "eval_window": None,
+_OWN_ENTRIES: dict[str, Any] = {"agent_rng": None, "replay_schedule": None, "update_schedule": None, "eval_window": None,
                 "hooks": {}, "envs": {}, "replay_files": None, "replay_sampler": None}
 """A process's entries of a checkpoint and what a format-0 checkpoint without one stands for (None: not saved,
 the value of the freshly built run stays)."""
@@ -248,7 +248,7 @@ def write_pending_replay(run_dir: str | os.PathLike, replay_arrays: dict[str, np
     """Step 1 of a save: the flat replay arrays to ``<run_dir>/<name>-<env_steps>.npz`` (atomically), tagged with
     ``meta/env_steps``. Returns that path; ``commit_replay`` moves it into place once the checkpoint is."""
     pending = Path(run_dir) / f"{name}-{int(env_steps)}.npz"
-    arrays = {**replay_arrays, "meta/env_steps": np.asarray(int(env_steps), np.int64)}
+    arrays: dict[str, Any] = {**replay_arrays, "meta/env_steps": np.asarray(int(env_steps), np.int64)}
     write_atomic(pending, lambda f: np.savez_compressed(f, **arrays))
     return pending
 
@@ -402,11 +402,13 @@ class ReplayFiles:
         """Step 1 of a save (see the class). Raises OSError (e.g. a full disk): nothing committed changes."""
         storage, saved = self.replay.storage, self.saved
         chunk = storage.episodes_after(saved["episodes"]) if saved is not None else None
-        if chunk is not None and saved["log_bytes"] + chunk["records"].nbytes < storage.nbytes:
+        if chunk is not None and saved is not None and saved["log_bytes"] + chunk["records"].nbytes < storage.nbytes:
             blob = io.BytesIO()
-            np.savez_compressed(blob, lengths=chunk["lengths"], **{f"field.{k}": chunk["records"][k]
-                                                                   for k in chunk["records"].dtype.names},
-                                **({"achieved_goal": chunk["achieved_goal"]} if storage.has_goals else {}))
+            arrays: dict[str, Any] = {"lengths": chunk["lengths"], **{f"field.{k}": chunk["records"][k]
+                                                                      for k in chunk["records"].dtype.names or ()}}
+            if storage.has_goals:
+                arrays["achieved_goal"] = chunk["achieved_goal"]
+            np.savez_compressed(blob, **arrays)
             log = self._log(saved["base"])
             try:
                 with open(log, "r+b") as f:
@@ -453,7 +455,7 @@ class ReplayFiles:
         """The checkpoint was not written: remove a new base and its log (appended bytes are cut at the next
         save or resume)."""
         entry, pending = self._next or (None, None)
-        if pending is not None:
+        if entry is not None and pending is not None:
             pending.unlink(missing_ok=True)
             if self.saved is None or self.saved["base"] != entry["base"]:
                 self._log(entry["base"]).unlink(missing_ok=True)
@@ -521,7 +523,7 @@ class ReplayFiles:
                 with np.load(io.BytesIO(data[pos + _CHUNK.size:pos + _CHUNK.size + n]), allow_pickle=False) as z:
                     lengths = z["lengths"]
                     records = np.zeros(int((lengths + 1).sum()), storage.dtype)
-                    for k in storage.dtype.names:
+                    for k in storage.dtype.names or ():
                         records[k] = z[f"field.{k}"]
                     storage.add_episodes({"records": records, "lengths": lengths,
                                           **({"achieved_goal": z["achieved_goal"]} if storage.has_goals else {})})
@@ -638,7 +640,7 @@ def replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
     """What a ``her.HerReplayBuffer`` needs to continue without its storage: the sampling RNG and the
     prioritized sampler's schedules (``n_samples``, which anneals beta, and the priority new transitions
     enter at)."""
-    sampler = replay.sampler
+    sampler: Any = replay.sampler  # a PrioritizedSampler's schedules are not in the Sampler protocol
     out: dict[str, Any] = {"rng": replay.rng.bit_generator.state}
     if hasattr(sampler, "n_samples"):
         out["n_samples"] = int(sampler.n_samples)
@@ -649,6 +651,7 @@ def replay_schedule(replay: her.HerReplayBuffer) -> dict[str, Any]:
 def load_replay_schedule(replay: her.HerReplayBuffer, schedule: dict[str, Any]) -> None:
     """Restore ``replay_schedule`` into a replay whose storage restarts empty."""
     replay.rng.bit_generator.state = schedule["rng"]
-    if "n_samples" in schedule and hasattr(replay.sampler, "n_samples"):
-        replay.sampler.n_samples = int(schedule["n_samples"])
-        replay.sampler.max_priority = schedule["max_priority"]
+    sampler: Any = replay.sampler
+    if "n_samples" in schedule and hasattr(sampler, "n_samples"):
+        sampler.n_samples = int(schedule["n_samples"])
+        sampler.max_priority = schedule["max_priority"]

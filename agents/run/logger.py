@@ -28,7 +28,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tqdm import tqdm
 
@@ -153,7 +153,7 @@ class RunLogger:
             kept = self._truncate_csv(resume_step)
             if kept:
                 self._covered_size = self.csv_path.stat().st_size
-        self.run = None
+        self.run: Any = None  # the W&B run while W&B logs (None: off)
         start = f"resumed at {resume_step} env steps" if resume_step is not None else "new run"
         wandb_where = {"offline": f"W&B offline in {self.run_dir / 'wandb'}", "disabled": "W&B off"}.get(
             self.mode, f"W&B online: starting, up to {cfg.log.wandb.init_timeout_s:g} s, else offline")
@@ -179,7 +179,7 @@ class RunLogger:
         import wandb
 
         w = self.cfg.log.wandb
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             project=w.project, entity=w.entity, tags=list(w.tags), group=w.group, name=w.name or self.run_dir.name,
             dir=str(self.run_dir), config=config_dict(self.cfg), id=resume_id,
             resume="allow" if resume_id else None,
@@ -189,7 +189,8 @@ class RunLogger:
         def init(mode: str, timeout: float) -> Any:
             settings = wandb.Settings(init_timeout=timeout, finish_timeout=float(w.finish_timeout_s), silent=True,
                                       console="off")
-            return wandb.init(mode=mode, settings=settings, **kwargs)
+            # `mode`: a mode W&B takes (check_wandb_env, wandb_mode)
+            return wandb.init(mode=cast(Any, mode), settings=settings, **kwargs)
 
         if self.mode == "online":
             run = self._init_online(init, inherited, float(w.init_timeout_s))
@@ -302,8 +303,8 @@ class RunLogger:
                 raise refuse(f"line {rows.index(r) + 2}: env_steps {r['env_steps']!r} is not a number") from None
             if steps <= resume_step:
                 keep.append(r)
-        with open(self.csv_path, "rb") as f:
-            bom = f.read(3) == codecs.BOM_UTF8
+        with open(self.csv_path, "rb") as fb:
+            bom = fb.read(3) == codecs.BOM_UTF8
         if len(keep) < len(rows) or bom:  # rows after the checkpoint, or a byte-order mark to drop
             self._write_csv(keep)
         return keep
@@ -312,6 +313,7 @@ class RunLogger:
         """Rewrite ``metrics.csv`` (header ``self._fields``) atomically: a kill never loses the old rows."""
         from .checkpoint import write_atomic
 
+        assert self._fields is not None, "the header is set before any rewrite"
         text = io.StringIO(newline="")
         w = csv.DictWriter(text, self._fields, extrasaction="ignore")
         w.writeheader()

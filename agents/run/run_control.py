@@ -29,7 +29,8 @@ __all__ = ["LOCK_FILE", "GracefulStop", "LaunchError", "RunDirInUse", "RunDirLoc
            "launch_int", "prepare_run_dir"]
 
 LOCK_FILE = ".lock"
-SIGNAL_STATUS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "terminated"}
+SIGNAL_STATUS: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
+                                 signal.SIGHUP: "terminated"}
 """The signals that stop a run cleanly, and the W&B run status of each (SIGHUP: the terminal was closed)."""
 
 
@@ -263,7 +264,7 @@ class GracefulStop:
     @property
     def status(self) -> str:
         """``interrupted`` (SIGINT) or ``terminated`` (SIGTERM, SIGHUP); the W&B run status."""
-        return SIGNAL_STATUS.get(self.signum, "interrupted")
+        return "interrupted" if self.signum is None else SIGNAL_STATUS.get(self.signum, "interrupted")
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None:

@@ -118,7 +118,7 @@ def record_episodes(agent: Any, env_id: str, n_episodes: int = 1, seed: int = 0)
     try:
         env = make_env(env_id, seed=seed, render_mode="rgb_array")
         obs, _ = env.reset(seed=seed)
-        frames = [env.render()]
+        frames: list[Any] = [env.render()]  # rgb_array mode: uint8 [H, W, 3] each
     except Exception as exc:
         if env is not None:
             try:

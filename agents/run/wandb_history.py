@@ -51,7 +51,7 @@ def read_records(path: str | Path) -> Iterator[Any]:
         pending += data[pos + HEADER:pos + HEADER + length]
         pos += HEADER + length
         if kind in (1, 4):
-            rec = pb.Record()
+            rec = pb.Record()  # type: ignore[attr-defined]  # a generated module without stubs (classes made at import)
             try:
                 rec.ParseFromString(pending)
             except DecodeError:
