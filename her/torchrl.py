@@ -81,6 +81,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "The rest of `her` (EpisodeStorage, HerReplayBuffer, samplers) works without them."
     ) from exc
 
+from ._util import check_replaceable
 from .buffer import HerReplayBuffer
 from .returns import RewardFn
 from .samplers import PrioritizedSampler, UniformSampler
@@ -730,6 +731,7 @@ def _unflatten(flat: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
+    check_replaceable(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
