@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,17 @@ def override(key: str, value: Any) -> str:
     return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
 
 
+class _SpaceLoader(yaml.SafeLoader):
+    """YAML 1.1's safe loader reading ``1e-4`` as a float (as configs read by OmegaConf do), not a string."""
+
+
+_SpaceLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"""
+               r"""|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""),
+    list("-+0123456789."))
+
+
 def load_space(path: str | Path) -> list[Param]:
     """Read and check a search-space YAML file (distributions only; keys are checked by ``check_space``).
 
@@ -86,7 +98,7 @@ def load_space(path: str | Path) -> list[Param]:
     if not path.is_file():
         raise FileNotFoundError(f"--space {path}: no such file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_SpaceLoader)
     except yaml.YAMLError as exc:
         raise ValueError(f"--space {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(raw, dict) or not raw:

@@ -154,3 +154,13 @@ def test_the_docs_search_space_is_valid_for_the_configs(tmp_path):
     assert len(params) == 5
     for config in ("fetch_reach_ddpg", "fetch_push_sac"):
         tune.check_space(params, config, [])
+
+
+def test_space_reads_exponent_floats_as_configs_do(tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e-4 as a string; OmegaConf configs and overrides read it as a float
+    path = tmp_path / "space.yaml"
+    path.write_text("agent.actor_lr: {distribution: log-float, low: 1e-4, high: 3E-3}\n"
+                    "agent.polyak: {distribution: float, low: .9, high: 0.99}\n")
+    params = {p.key: p for p in load_space(path)}
+    assert (params["agent.actor_lr"].low, params["agent.actor_lr"].high) == (1e-4, 3e-3)
+    assert params["agent.polyak"].low == 0.9
