@@ -85,7 +85,7 @@ from ._util import check_replaceable
 from .buffer import HerReplayBuffer
 from .returns import RewardFn
 from .samplers import PrioritizedSampler, UniformSampler
-from .storage import EpisodeStorage
+from .storage import EpisodeStorage, _positive_int
 
 __all__ = ["HerTorchRLReplayBuffer"]
 
@@ -211,7 +211,7 @@ class HerTorchRLReplayBuffer:
             raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not callable(compute_reward):
             raise TypeError(f"compute_reward must be callable, got {type(compute_reward).__name__}")
-        self.capacity = int(capacity)
+        self.capacity = _positive_int(capacity, "capacity")
         self.compute_reward = compute_reward
         self._batch_size = None if batch_size is None else int(batch_size)
         self.prioritized = bool(prioritized)
@@ -226,7 +226,7 @@ class HerTorchRLReplayBuffer:
                           "terminated": ("next", *_key(terminated_key)),
                           "truncated": ("next", *_key(truncated_key))}
         self.info_keys = {str(k): _key(v) for k, v in (info_keys or {}).items()}
-        self.max_episode_steps = int(max_episode_steps)
+        self.max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
         self.device = torch.device(device)
         self.transform = transform
         self.validate = validate
@@ -234,6 +234,7 @@ class HerTorchRLReplayBuffer:
         if any(s is not None for s in shapes) and (any(s is None for s in shapes) or self.info_keys):
             raise ValueError("give observation_shape, goal_shape and action_shape together (and no info_keys, "
                              "whose shapes come from the first write), or none of them")
+        self._check_arguments()
         self.storage: EpisodeStorage | None = None
         self.her: HerReplayBuffer | None = None
         self.n_envs: int | None = None
@@ -251,6 +252,18 @@ class HerTorchRLReplayBuffer:
         sampler = PrioritizedSampler(**self._sampler_kwargs) if self.prioritized else UniformSampler()
         self.her = HerReplayBuffer(self.storage, self.compute_reward, sampler=sampler, **self._her_kwargs)
         self._reset_staging()
+
+    def _check_arguments(self) -> None:
+        """Check the sampler and HER arguments now, as ``_build`` would at the first write (the shapes
+        come from the data): a bad argument is refused by the constructor, not after a collection.
+
+        Raises:
+            ValueError, TypeError: naming the argument, as ``PrioritizedSampler`` and
+                ``HerReplayBuffer`` do."""
+        sampler = PrioritizedSampler(**self._sampler_kwargs) if self.prioritized else UniformSampler()
+        probe = EpisodeStorage(1, (1,), (1,), (1,), max_episode_steps=1)  # the compute_reward probe: shape-free
+        HerReplayBuffer(probe, lambda ag, dg, info: np.zeros(len(ag), np.float32), sampler=sampler,
+                        **self._her_kwargs)
 
     def _reset_staging(self) -> None:
         n = self.n_envs or 0
