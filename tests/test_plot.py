@@ -370,3 +370,19 @@ def test_text_matplotlib_cannot_parse_as_math_is_one_line(runs, tmp_path, capsys
     assert err[-1].startswith(f"her-plot: error: {option} {text!r}: matplotlib cannot draw the math text between "
                               "its $ signs (") and err[-1].endswith(r"write \$ for a literal dollar sign"), err
     assert not out.exists()
+
+
+def test_her_plot_table_out_to_a_fifo_is_written_into_it_not_replaced(runs, tmp_path, capsys):
+    # a rename onto /dev/full or /dev/stdout (as root) would replace the device with a plain file
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert main([str(runs[0]), "--table", "--out", str(fifo)]) == 0
+    reader.join(timeout=30)
+    assert fifo.is_fifo() and got and got[0].startswith("| run |"), got
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
