@@ -646,3 +646,15 @@ def test_save_refuses_a_path_that_is_not_a_regular_file(tmp_path):
     with pytest.raises(IsADirectoryError):
         storage.save(str(tmp_path))
     assert os.path.isdir(tmp_path) and sorted(os.listdir(tmp_path)) == ["pipe"]  # no temp file left
+
+
+@pytest.mark.parametrize("state, error, message", [
+    (5, TypeError, "state must be the mapping HerReplayBuffer.state_dict() returns, got int"),
+    ({"x": 1}, ValueError, "state lacks the keys ['storage', 'sampler', 'rng'] of HerReplayBuffer.state_dict()"),
+])
+def test_buffer_load_state_dict_of_something_else_names_what_it_expects(state, error, message):
+    storage = her.EpisodeStorage(20, observation_shape=(2,), action_shape=(1,), goal_shape=(1,), max_episode_steps=5)
+    buffer = her.HerReplayBuffer(storage, lambda ag, dg, info: np.zeros(len(ag), np.float32))
+    with pytest.raises(error) as info:
+        buffer.load_state_dict(state)
+    assert message in str(info.value), str(info.value)
