@@ -233,6 +233,26 @@ class TrialHooks(LoopHooks):
         return requested or self.pruned
 
 
+def _check_journal_head(path: Path, spec: str) -> None:
+    """Refuse a file that is not an Optuna journal before Optuna appends to it: Optuna skips an unreadable
+    last line (a write cut short), so a one-line file of anything else would be taken, appended to and only
+    then fail.
+
+    Raises:
+        ValueError: the file's first line is not a JSON object (a journal entry)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.readline(1 << 20)
+    try:
+        entry = json.loads(head)
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict) or "op_code" not in entry:
+        raise ValueError(f"--storage {spec}: not an Optuna journal file: its first line is not a journal entry "
+                         f"(got {head[:40]!r}); give the journal file of a study or a new file")
+
+
 def open_storage(spec: str) -> Any:
     """The Optuna storage of ``--storage``: ``sqlite:///PATH`` or a path ending in ``.db``, ``.sqlite`` or
     ``.sqlite3`` (SQLite), any other path a JournalStorage file (several processes may share it; the file is
@@ -252,8 +272,11 @@ def open_storage(spec: str) -> Any:
     parent = path.absolute().parent
     if not parent.is_dir():
         raise ValueError(f"--storage {spec}: the folder {parent} does not exist")
+    sqlite = spec.startswith("sqlite:///") or path.suffix in (".db", ".sqlite", ".sqlite3")
+    if not sqlite:
+        _check_journal_head(path, spec)
     try:
-        if spec.startswith("sqlite:///") or path.suffix in (".db", ".sqlite", ".sqlite3"):
+        if sqlite:
             return optuna.storages.RDBStorage(f"sqlite:///{path}")
         from optuna.storages.journal import JournalFileBackend
 

@@ -120,6 +120,7 @@ def test_bad_search_space_is_one_line(tmp_path, capsys, text, message):
         main(args)
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert (tmp_path / "notes.journal").read_text() == "my notes\n"  # not appended to
     assert not (tmp_path / "s.journal").exists()  # refused before the study is made
 
 
@@ -128,9 +129,12 @@ def test_bad_search_space_is_one_line(tmp_path, capsys, text, message):
     ("postgresql://host/db", "only SQLite URLs"),
     ("{tmp}/missing/s.journal", "does not exist"),
     ("{tmp}/garbage.db", "cannot open it as an Optuna storage"),
+    # Optuna skips an unreadable last line (a cut-short write): a one-line file would be appended to first
+    ("{tmp}/notes.journal", "not an Optuna journal file: its first line is not a journal entry (got b'my notes\\n')"),
 ])
 def test_bad_storage_is_one_line(tmp_path, capsys, storage, message):
     (tmp_path / "garbage.db").write_text("not a database")
+    (tmp_path / "notes.journal").write_text("my notes\n")
     args = ["fetch_reach_ddpg", *TINY, "--space", str(_space(tmp_path)), "--storage", storage.format(tmp=tmp_path)]
     with pytest.raises(SystemExit) as exc:
         main(args)
