@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, runs in groups.items():  # the same run twice under one label would count twice in its mean
         seen: dict[Path, str] = {}
         for run in runs:
-            key = Path(run).resolve()
+            key = Path(os.path.realpath(run))  # not resolve(): a symlink loop raises RuntimeError there
             key = key.parent if key.name == "metrics.csv" else key
             if key in seen:
                 parser.error(f"--label {label}: run {run} is given twice (also as {seen[key]}); its mean would "

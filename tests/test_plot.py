@@ -386,3 +386,12 @@ def test_her_plot_table_out_to_a_fifo_is_written_into_it_not_replaced(runs, tmp_
     reader.join(timeout=30)
     assert fifo.is_fifo() and got and got[0].startswith("| run |"), got
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
+
+
+def test_her_plot_of_a_symlink_loop_is_one_line(tmp_path, capsys):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "a"), "--out", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err == f"her-plot: error: no metrics.csv at {tmp_path / 'a'}", err
