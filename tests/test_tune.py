@@ -120,7 +120,6 @@ def test_bad_search_space_is_one_line(tmp_path, capsys, text, message):
         main(args)
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
-    assert (tmp_path / "notes.journal").read_text() == "my notes\n"  # not appended to
     assert not (tmp_path / "s.journal").exists()  # refused before the study is made
 
 
@@ -140,6 +139,7 @@ def test_bad_storage_is_one_line(tmp_path, capsys, storage, message):
         main(args)
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert (tmp_path / "notes.journal").read_text() == "my notes\n"  # not appended to
 
 
 def test_space_file_round_trip(tmp_path):
