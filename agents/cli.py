@@ -215,14 +215,22 @@ def eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the most episodes her-eval runs (about a day of FetchReach episodes on one core)
+MAX_EVAL_EPISODES = 1_000_000
+
+
 def _check_eval_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     """Refuse bad ``her-eval`` options (through ``parser.error``, which exits 2) before anything loads; returns
     the line for an environment that cannot work (a video path that cannot be written, a bad ``MUJOCO_GL``)."""
     for flag, value in (("--episodes", args.episodes), ("--video-episodes", args.video_episodes)):
         if value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
+        if value > MAX_EVAL_EPISODES:  # numpy's int64 episode shares overflow on a 20-digit count
+            parser.error(f"{flag} must be at most {MAX_EVAL_EPISODES}, got {value}")
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
+    if args.seed >= 2**32 - 10_000:  # the envs are seeded seed + i: train.seed's range
+        parser.error(f"--seed must be below 2**32 - 10000, got {args.seed}")
     if args.video and os.path.splitext(args.video)[1].lower() not in (".mp4", ".gif"):
         parser.error(f"--video {args.video}: the file must end in .mp4 or .gif")
     from .config import check_device

@@ -677,7 +677,7 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
         layers += _read_yaml(resolve_config_path(path))
     _check_overrides(overrides)
     if overrides:
-        layers.append(OmegaConf.from_dotlist(overrides))
+        layers.append(_dotlist(overrides))
     return _checked(_merge(base, layers, overrides))
 
 
@@ -747,6 +747,23 @@ def _check_overrides(overrides: list[str] | None) -> None:
                              "for the default runs/<env>-<algo>-s<seed>-<time>")
 
 
+def _dotlist(overrides: list[str]) -> DictConfig:
+    """``OmegaConf.from_dotlist`` with a value YAML cannot parse (``train.seed=[1,2``, ``env.id=:``) as one line
+    naming the override, instead of YAML's multi-line error.
+
+    Raises:
+        ValueError: naming the override, YAML's reason and how to quote the value."""
+    for o in overrides:
+        try:
+            OmegaConf.from_dotlist([o])
+        except yaml.YAMLError as exc:
+            reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            key, _, value = o.partition("=")
+            raise ValueError(f"{key.strip()}: expected a YAML value, got {value!r}, which does not parse ({reason}); "
+                             f"quote it for a string, e.g. {key.strip()}=\"'{value}'\"") from None
+    return OmegaConf.from_dotlist(overrides)
+
+
 #: settings a resumed run cannot change: its networks, replay layout and env would no longer match the checkpoint
 RESUME_FROZEN = ("env.id", "env.n_envs", "algo", "agent.hidden", "agent.layer_norm", "agent.n_critics",
                  "replay.capacity", "replay.prioritized", "replay.rank_based")
@@ -774,7 +791,7 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
     base = OmegaConf.structured(_layout())
     # the saved config typed first: a partial agent section of an earlier version gets its defaults
     old = config_dict(_checked(_merge(base, [OmegaConf.create(saved)], None)))
-    merged = _merge(base, [OmegaConf.create(old), OmegaConf.from_dotlist(list(overrides or []))], overrides)
+    merged = _merge(base, [OmegaConf.create(old), _dotlist(list(overrides or []))], overrides)
     agent_keys = [k for k in RESUME_FROZEN if k.startswith("agent.")]
     # before algo re-types agent
     _check_frozen(old, cast(dict, OmegaConf.to_container(merged)), [k for k in RESUME_FROZEN if k not in agent_keys])

@@ -234,11 +234,19 @@ def _save(fig: Any, out: str | Path) -> Path:
 
 
 def _write_text(text: str, out: str | Path) -> Path:
-    """Write ``text`` (and a final newline) to ``out``, its directory created, through a temporary file."""
+    """Write ``text`` (and a final newline) to ``out``, its directory created, through a temporary file; into
+    ``out`` itself where it exists and is not a regular file (``/dev/stdout``, a FIFO, ``/dev/full``).
+
+    Raises:
+        OSError: ``out`` cannot be written (a full disk, ``/dev/full``: ENOSPC)."""
     out = Path(out)
     if out.parent.exists() and not out.parent.is_dir():  # mkdir would say "File exists"
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out.parent))
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_file():  # /dev/stdout, a FIFO: write into it; a rename would replace it
+        with open(out, "w") as f:
+            f.write(text.rstrip("\n") + "\n")
+        return out
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         tmp.write_text(text.rstrip("\n") + "\n")
@@ -481,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, runs in groups.items():  # the same run twice under one label would count twice in its mean
         seen: dict[Path, str] = {}
         for run in runs:
-            key = Path(run).resolve()
+            key = Path(os.path.realpath(run))  # not resolve(): a symlink loop raises RuntimeError there
             key = key.parent if key.name == "metrics.csv" else key
             if key in seen:
                 parser.error(f"--label {label}: run {run} is given twice (also as {seen[key]}); its mean would "
@@ -504,8 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"her-plot: error: --out {args.out}: cannot write {exc.filename or args.out} "
               f"({exc.strerror or exc})", file=sys.stderr)
         return 1
-    print(f"wrote {out}")
-    return 0
+    return print_to_pipe(f"wrote {out}")  # `--out /dev/stdout | head` closes the pipe first
 
 if __name__ == "__main__":
     sys.exit(main())

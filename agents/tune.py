@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +78,17 @@ def override(key: str, value: Any) -> str:
     return f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}"
 
 
+class _SpaceLoader(yaml.SafeLoader):
+    """YAML 1.1's safe loader reading ``1e-4`` as a float (as configs read by OmegaConf do), not a string."""
+
+
+_SpaceLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"""
+               r"""|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""),
+    list("-+0123456789."))
+
+
 def load_space(path: str | Path) -> list[Param]:
     """Read and check a search-space YAML file (distributions only; keys are checked by ``check_space``).
 
@@ -88,7 +100,7 @@ def load_space(path: str | Path) -> list[Param]:
     if not path.is_file():
         raise FileNotFoundError(f"--space {path}: no such file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_SpaceLoader)
     except yaml.YAMLError as exc:
         raise ValueError(f"--space {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(raw, dict) or not raw:
@@ -224,6 +236,26 @@ class TrialHooks(LoopHooks):
         return requested or self.pruned
 
 
+def _check_journal_head(path: Path, spec: str) -> None:
+    """Refuse a file that is not an Optuna journal before Optuna appends to it: Optuna skips an unreadable
+    last line (a write cut short), so a one-line file of anything else would be taken, appended to and only
+    then fail.
+
+    Raises:
+        ValueError: the file's first line is not a JSON object (a journal entry)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.readline(1 << 20)
+    try:
+        entry = json.loads(head)
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict) or "op_code" not in entry:
+        raise ValueError(f"--storage {spec}: not an Optuna journal file: its first line is not a journal entry "
+                         f"(got {head[:40]!r}); give the journal file of a study or a new file")
+
+
 def open_storage(spec: str) -> Any:
     """The Optuna storage of ``--storage``: ``sqlite:///PATH`` or a path ending in ``.db``, ``.sqlite`` or
     ``.sqlite3`` (SQLite), any other path a JournalStorage file (several processes may share it; the file is
@@ -243,8 +275,11 @@ def open_storage(spec: str) -> Any:
     parent = path.absolute().parent
     if not parent.is_dir():
         raise ValueError(f"--storage {spec}: the folder {parent} does not exist")
+    sqlite = spec.startswith("sqlite:///") or path.suffix in (".db", ".sqlite", ".sqlite3")
+    if not sqlite:
+        _check_journal_head(path, spec)
     try:
-        if spec.startswith("sqlite:///") or path.suffix in (".db", ".sqlite", ".sqlite3"):
+        if sqlite:
             return optuna.storages.RDBStorage(f"sqlite:///{path}")
         from optuna.storages.journal import JournalFileBackend
 

@@ -77,6 +77,10 @@ def _import_env_module(env_id: str) -> str:
     except Exception as exc:  # the user's module itself fails: say where, in one line
         raise ValueError(f"env id {env_id!r}: importing module {module!r} raised {type(exc).__name__}: "
                          f"{exc}") from None
+    except SystemExit as exc:  # a script's `sys.exit()` at import would end the run without a word
+        raise ValueError(f"env id {env_id!r}: importing module {module!r} called sys.exit({exc.code!r}); a module "
+                         "that registers envs must not exit at import (guard script code with "
+                         "`if __name__ == \"__main__\":`)") from None
     if name not in gym.registry:
         mine = sorted((set(gym.registry) - before) | {
             i for i, spec in gym.registry.items()

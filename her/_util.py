@@ -62,3 +62,28 @@ def check_real(name: str, value: object, what: str, low: float = -math.inf, high
     if not ((low < v) if low_open else (low <= v)) or not ((v < high) if high_open else (v <= high)):
         raise ParameterError(name, f"must be {what}, got {value}")
     return v
+
+
+def check_replaceable(path: object) -> None:
+    """Refuse to write a file by ``os.replace`` onto ``path`` when ``path`` exists and is not a regular file:
+    the rename would replace a device, FIFO or socket (``/dev/full``, ``/dev/null`` written as root) with a
+    plain file instead of writing into it, or fail late on a directory.
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory.
+        ValueError: ``path`` is another kind of non-regular file, naming what it is."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode  # type: ignore[arg-type]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(21, "expected a file path, got a directory", str(path))
+    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise ValueError(f"cannot save to {path}: expected a regular file path (the file is written beside it and "
+                     f"renamed onto it), got {kind}, which the rename would replace")

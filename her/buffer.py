@@ -427,8 +427,17 @@ class HerReplayBuffer:
         """Restore from ``state_dict()``; the writer's unfinished staged episodes are dropped (the envs restart).
 
         Raises:
-            ValueError: a state of a storage of another size or layout.
+            ValueError: a state of a storage of another size or layout; a mapping without the keys
+                ``storage``, ``sampler`` and ``rng`` of ``state_dict()``.
+            TypeError: ``state`` is not a mapping.
         """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be the mapping HerReplayBuffer.state_dict() returns, got "
+                            f"{type(state).__name__}")
+        missing = [k for k in ("storage", "sampler", "rng") if k not in state]
+        if missing:
+            raise ValueError(f"state lacks the keys {missing} of HerReplayBuffer.state_dict() (got keys "
+                             f"{sorted(map(str, state))}); a storage's own state goes to storage.load_state_dict")
         self.storage.load_state_dict(state["storage"])
         self.sampler.load_state_dict(state["sampler"])
         self.rng.bit_generator.state = state["rng"]

@@ -407,6 +407,9 @@ class EpisodeStorage:
         import os
         import tempfile
 
+        from ._util import check_replaceable
+
+        check_replaceable(path)
         d = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
         try:

@@ -81,10 +81,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "The rest of `her` (EpisodeStorage, HerReplayBuffer, samplers) works without them."
     ) from exc
 
+from ._util import check_replaceable
 from .buffer import HerReplayBuffer
 from .returns import RewardFn
 from .samplers import PrioritizedSampler, UniformSampler
-from .storage import EpisodeStorage
+from .storage import EpisodeStorage, _positive_int
 
 __all__ = ["HerTorchRLReplayBuffer"]
 
@@ -210,7 +211,7 @@ class HerTorchRLReplayBuffer:
             raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not callable(compute_reward):
             raise TypeError(f"compute_reward must be callable, got {type(compute_reward).__name__}")
-        self.capacity = int(capacity)
+        self.capacity = _positive_int(capacity, "capacity")
         self.compute_reward = compute_reward
         self._batch_size = None if batch_size is None else int(batch_size)
         self.prioritized = bool(prioritized)
@@ -225,7 +226,7 @@ class HerTorchRLReplayBuffer:
                           "terminated": ("next", *_key(terminated_key)),
                           "truncated": ("next", *_key(truncated_key))}
         self.info_keys = {str(k): _key(v) for k, v in (info_keys or {}).items()}
-        self.max_episode_steps = int(max_episode_steps)
+        self.max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
         self.device = torch.device(device)
         self.transform = transform
         self.validate = validate
@@ -233,6 +234,7 @@ class HerTorchRLReplayBuffer:
         if any(s is not None for s in shapes) and (any(s is None for s in shapes) or self.info_keys):
             raise ValueError("give observation_shape, goal_shape and action_shape together (and no info_keys, "
                              "whose shapes come from the first write), or none of them")
+        self._check_arguments()
         self.storage: EpisodeStorage | None = None
         self.her: HerReplayBuffer | None = None
         self.n_envs: int | None = None
@@ -250,6 +252,18 @@ class HerTorchRLReplayBuffer:
         sampler = PrioritizedSampler(**self._sampler_kwargs) if self.prioritized else UniformSampler()
         self.her = HerReplayBuffer(self.storage, self.compute_reward, sampler=sampler, **self._her_kwargs)
         self._reset_staging()
+
+    def _check_arguments(self) -> None:
+        """Check the sampler and HER arguments now, as ``_build`` would at the first write (the shapes
+        come from the data): a bad argument is refused by the constructor, not after a collection.
+
+        Raises:
+            ValueError, TypeError: naming the argument, as ``PrioritizedSampler`` and
+                ``HerReplayBuffer`` do."""
+        sampler = PrioritizedSampler(**self._sampler_kwargs) if self.prioritized else UniformSampler()
+        probe = EpisodeStorage(1, (1,), (1,), (1,), max_episode_steps=1)  # the compute_reward probe: shape-free
+        HerReplayBuffer(probe, lambda ag, dg, info: np.zeros(len(ag), np.float32), sampler=sampler,
+                        **self._her_kwargs)
 
     def _reset_staging(self) -> None:
         n = self.n_envs or 0
@@ -730,6 +744,7 @@ def _unflatten(flat: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
+    check_replaceable(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

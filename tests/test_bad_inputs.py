@@ -201,6 +201,10 @@ def test_out_of_memory_in_the_updates_is_one_line_naming_batch_size_and_hidden(t
     (["--episodes", "0"], "her-eval: error: --episodes must be >= 1, got 0"),
     (["--video-episodes", "-2"], "her-eval: error: --video-episodes must be >= 1, got -2"),
     (["--seed", "-1"], "her-eval: error: --seed must be >= 0, got -1"),
+    (["--episodes", "99999999999999999999"], "her-eval: error: --episodes must be at most 1000000, got "
+                                             "99999999999999999999"),
+    (["--seed", "99999999999999999999"], "her-eval: error: --seed must be below 2**32 - 10000, got "
+                                         "99999999999999999999"),
 ])
 def test_her_eval_bad_argument_is_one_line(finished_run, capsys, monkeypatch, args, expect):
     from her_agents.cli import eval_main

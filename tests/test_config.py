@@ -323,6 +323,8 @@ def test_config_text_yaml_or_omegaconf_cannot_take_is_one_line_naming_file_and_k
     ("train.seed=???", "train.seed: expected a plain value, got '???'"),
     ("log.run_dir=$HER_SURELY_UNSET/x", "log.run_dir: expected a directory path, got '$HER_SURELY_UNSET/x', whose $ "
                                         "names an unset environment variable"),
+    ("train.seed=[1,2", "train.seed: expected a YAML value, got '[1,2', which does not parse"),
+    ("env.id=:", "env.id: expected a YAML value, got ':', which does not parse"),
 ])
 def test_malformed_overrides_are_one_line_naming_the_key(override, expect):
     with pytest.raises(ValueError) as info:

@@ -84,6 +84,7 @@ def modules(tmp_path, monkeypatch):
     (tmp_path / "registers_nothing_t.py").write_text("X = 1\n")
     (tmp_path / "needs_missing_dep_t.py").write_text("import surely_not_installed_dep_t\n")
     (tmp_path / "raises_at_import_t.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "exits_at_import_t.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path.parent)
     return tmp_path
@@ -100,6 +101,7 @@ def modules(tmp_path, monkeypatch):
     ("needs_missing_dep_t:Thing-v0", "importing module 'needs_missing_dep_t' failed: it imports "
                                      "'surely_not_installed_dep_t', which is not installed"),
     ("raises_at_import_t:Thing-v0", "importing module 'raises_at_import_t' raised RuntimeError: boom"),
+    ("exits_at_import_t:Thing-v0", "importing module 'exits_at_import_t' called sys.exit(3)"),
     (":Thing-v0", "expected 'module.path:EnvId-v0'"),
     ("gymnasium.envs.classic_control:CartPole-v1", "her-train: error: gymnasium.envs.classic_control:CartPole-v1 "
                                                    "is not a goal env: expected a gymnasium.spaces.Dict"),

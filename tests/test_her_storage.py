@@ -633,3 +633,28 @@ def test_add_episode_with_as_many_states_as_actions_says_t_plus_1_states():
     assert str(exc.value) == ("action: expected shape (19, 2), got (20, 2) (T = 19 transitions, from the 20 states of "
                               "observation: an episode of T transitions has T + 1 states s_0..s_T)")
     assert len(storage) == 0
+
+
+def test_save_refuses_a_path_that_is_not_a_regular_file(tmp_path):
+    # os.replace onto a device or FIFO (e.g. /dev/full as root) would replace it with a plain file
+    storage = her.EpisodeStorage(20, observation_shape=(2,), action_shape=(1,), goal_shape=(1,), max_episode_steps=5)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"^cannot save to .*pipe: expected a regular file path .* got a FIFO"):
+        storage.save(str(fifo))
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+    with pytest.raises(IsADirectoryError):
+        storage.save(str(tmp_path))
+    assert os.path.isdir(tmp_path) and sorted(os.listdir(tmp_path)) == ["pipe"]  # no temp file left
+
+
+@pytest.mark.parametrize("state, error, message", [
+    (5, TypeError, "state must be the mapping HerReplayBuffer.state_dict() returns, got int"),
+    ({"x": 1}, ValueError, "state lacks the keys ['storage', 'sampler', 'rng'] of HerReplayBuffer.state_dict()"),
+])
+def test_buffer_load_state_dict_of_something_else_names_what_it_expects(state, error, message):
+    storage = her.EpisodeStorage(20, observation_shape=(2,), action_shape=(1,), goal_shape=(1,), max_episode_steps=5)
+    buffer = her.HerReplayBuffer(storage, lambda ag, dg, info: np.zeros(len(ag), np.float32))
+    with pytest.raises(error) as info:
+        buffer.load_state_dict(state)
+    assert message in str(info.value), str(info.value)

@@ -370,3 +370,28 @@ def test_text_matplotlib_cannot_parse_as_math_is_one_line(runs, tmp_path, capsys
     assert err[-1].startswith(f"her-plot: error: {option} {text!r}: matplotlib cannot draw the math text between "
                               "its $ signs (") and err[-1].endswith(r"write \$ for a literal dollar sign"), err
     assert not out.exists()
+
+
+def test_her_plot_table_out_to_a_fifo_is_written_into_it_not_replaced(runs, tmp_path, capsys):
+    # a rename onto /dev/full or /dev/stdout (as root) would replace the device with a plain file
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert main([str(runs[0]), "--table", "--out", str(fifo)]) == 0
+    reader.join(timeout=30)
+    assert fifo.is_fifo() and got and got[0].startswith("| run |"), got
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
+
+
+def test_her_plot_of_a_symlink_loop_is_one_line(tmp_path, capsys):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "a"), "--out", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err == f"her-plot: error: no metrics.csv at {tmp_path / 'a'}", err

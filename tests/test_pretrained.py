@@ -168,3 +168,11 @@ def test_her_eval_takes_an_exported_directory_and_still_a_run_directory(exported
     assert f"({out}, {results['dtype']}): success rate" in capsys.readouterr().out
     assert eval_main([str(tiny_run), "--episodes", "2"]) == 0
     assert "@ 200 env steps: success rate" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tolerance", [-1.0, 1.5, float("nan")])
+def test_export_refuses_a_tolerance_outside_0_1(tmp_path, tolerance):
+    # checked with the other options, before the run is read
+    with pytest.raises(ValueError, match=r"^--tolerance must be a success-rate difference in \[0, 1\], got "):
+        export_run(tmp_path / "run", tmp_path / "out", tolerance=tolerance, log=lambda *_: None)
+    assert not (tmp_path / "out").exists()

@@ -540,3 +540,13 @@ def test_a_format_0_checkpoint_without_its_later_entries_resumes(tmp_path):
     assert migrated["agent_rng"] is None and migrated["replay_files"] is None
     assert train_main(["--resume", str(run_dir), "train.total_env_steps=150", "train.eval_every=50"]) == 0
     assert load_checkpoint(run_dir)["counters"]["env_steps"] == 150
+
+
+def test_write_atomic_refuses_a_path_that_is_not_a_regular_file(tmp_path):
+    from her_agents.run.checkpoint import write_atomic
+
+    fifo = tmp_path / "checkpoint.pt"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="got a FIFO, which the rename would replace"):
+        write_atomic(fifo, lambda f: f.write(b"x"))
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]

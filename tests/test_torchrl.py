@@ -615,3 +615,24 @@ def test_indexing_reads_the_stored_transitions_oldest_first():
         rb[n]
     with pytest.raises(TypeError, match="expected integers"):
         rb[torch.tensor([0.5])]
+
+
+def _zero_reward(achieved_goal, desired_goal, info):
+    return np.zeros(len(achieved_goal), np.float32)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(capacity=0), "capacity must be a positive integer, got 0"),
+    (dict(capacity=2.5), "capacity must be a positive integer, got 2.5"),
+    (dict(max_episode_steps=0), "max_episode_steps must be a positive integer, got 0"),
+    (dict(strategy="bogus"), "relabel strategy must be one of"),
+    (dict(n_step=0), "n_step must be an integer >= 1, got 0"),
+    (dict(gamma=1.5, n_step=3), "gamma must be in (0, 1], got 1.5"),
+    (dict(prioritized=True, alpha=-1), "alpha must be a finite number >= 0, got -1"),
+])
+def test_bad_arguments_are_refused_by_the_constructor_not_at_the_first_write(kwargs, message):
+    # the storage is built lazily from the first TensorDict's shapes; its arguments are checked up front
+    kwargs = {"capacity": 100, **kwargs}
+    with pytest.raises(ValueError) as info:
+        HerTorchRLReplayBuffer(kwargs.pop("capacity"), _zero_reward, **kwargs)
+    assert message in str(info.value), str(info.value)

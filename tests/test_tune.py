@@ -128,14 +128,18 @@ def test_bad_search_space_is_one_line(tmp_path, capsys, text, message):
     ("postgresql://host/db", "only SQLite URLs"),
     ("{tmp}/missing/s.journal", "does not exist"),
     ("{tmp}/garbage.db", "cannot open it as an Optuna storage"),
+    # Optuna skips an unreadable last line (a cut-short write): a one-line file would be appended to first
+    ("{tmp}/notes.journal", "not an Optuna journal file: its first line is not a journal entry (got b'my notes\\n')"),
 ])
 def test_bad_storage_is_one_line(tmp_path, capsys, storage, message):
     (tmp_path / "garbage.db").write_text("not a database")
+    (tmp_path / "notes.journal").write_text("my notes\n")
     args = ["fetch_reach_ddpg", *TINY, "--space", str(_space(tmp_path)), "--storage", storage.format(tmp=tmp_path)]
     with pytest.raises(SystemExit) as exc:
         main(args)
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert (tmp_path / "notes.journal").read_text() == "my notes\n"  # not appended to
 
 
 def test_space_file_round_trip(tmp_path):
@@ -154,3 +158,13 @@ def test_the_docs_search_space_is_valid_for_the_configs(tmp_path):
     assert len(params) == 5
     for config in ("fetch_reach_ddpg", "fetch_push_sac"):
         tune.check_space(params, config, [])
+
+
+def test_space_reads_exponent_floats_as_configs_do(tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e-4 as a string; OmegaConf configs and overrides read it as a float
+    path = tmp_path / "space.yaml"
+    path.write_text("agent.actor_lr: {distribution: log-float, low: 1e-4, high: 3E-3}\n"
+                    "agent.polyak: {distribution: float, low: .9, high: 0.99}\n")
+    params = {p.key: p for p in load_space(path)}
+    assert (params["agent.actor_lr"].low, params["agent.actor_lr"].high) == (1e-4, 3e-3)
+    assert params["agent.polyak"].low == 0.9

@@ -198,3 +198,22 @@ def test_glx_for_a_video_is_one_line(reach_checkpoint, tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == ("her-eval: error: MUJOCO_GL=glx: gymnasium renders MuJoCo with glfw, egl or osmesa only: "
                            "use MUJOCO_GL=egl headless (libegl1) or MUJOCO_GL=glfw with a display\n")
+
+
+def test_an_mp4_that_ffmpeg_leaves_incomplete_is_an_error_not_a_written_video(tmp_path, monkeypatch):
+    # on a full disk ffmpeg reports its lost trailer only on stderr: mimsave returns, the file is a stub
+    import numpy as np
+
+    from her_agents.run import video
+
+    def stub(path, frames, **kwargs):
+        Path(path).write_bytes(b"\0" * 4096)
+
+    monkeypatch.setattr(imageio, "mimsave", stub)
+    out = tmp_path / "v.mp4"
+    with pytest.raises(OSError, match=r"incomplete video \(0 of 3 frames\)"):
+        video.write_video(out, np.zeros((3, 16, 16, 3), np.uint8))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the stub nor a temp file is left
+    monkeypatch.undo()
+    video.write_video(out, np.zeros((3, 16, 16, 3), np.uint8))
+    assert imageio.get_reader(out).count_frames() == 3 and sorted(p.name for p in tmp_path.iterdir()) == ["v.mp4"]

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from her._util import check_replaceable
 
 if TYPE_CHECKING:
     import her
@@ -108,6 +109,7 @@ def write_atomic(path: str | os.PathLike, write: Any) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_replaceable(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -188,6 +188,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, episodes: int = DEFAULT
         raise ValueError("--format safetensors needs the safetensors package (pip install safetensors)")
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    if not 0 <= tolerance <= 1:  # a success-rate difference; also refuses nan
+        raise ValueError(f"--tolerance must be a success-rate difference in [0, 1], got {tolerance}")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"OUT_DIR {out_dir} is a file, not a directory")

@@ -152,16 +152,58 @@ def write_video(path: str | os.PathLike, frames: np.ndarray, fps: int = 25) -> N
     gives such frames); the GIF would then hold fewer frames than rendered, and a reader could not tell frames
     from steps. So in a GIF the top-left pixel alternates black and white from frame to frame: no two neighbours
     are equal and the GIF keeps one frame per rendered step.
+
+    The video is written to a temp file beside ``path`` and renamed onto it once complete: ffmpeg reports a
+    full disk at its trailer only on stderr, so the .mp4 is read back and must hold every frame.
+
+    Raises:
+        OSError: one line naming ``path``: a full disk (ENOSPC), an incomplete or unwritable file.
+        ValueError: ``path`` exists and is not a regular file (a device, a FIFO).
     """
     import imageio.v2 as imageio
 
+    from her._util import check_replaceable
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_replaceable(path)
     frames = np.asarray(frames, np.uint8)
-    if path.suffix.lower() == ".gif":
-        frames = frames.copy()
-        frames[0::2, 0, 0, :] = 0
-        frames[1::2, 0, 0, :] = 255
-        imageio.mimsave(path, list(frames), duration=1000 / fps, loop=0)
-    else:
-        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=1)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        if path.suffix.lower() == ".gif":
+            frames = frames.copy()
+            frames[0::2, 0, 0, :] = 0
+            frames[1::2, 0, 0, :] = 255
+            imageio.mimsave(tmp, list(frames), duration=1000 / fps, loop=0)
+        else:
+            try:
+                imageio.mimsave(tmp, list(frames), fps=fps, macro_block_size=1)
+            except OSError as exc:  # ffmpeg's broken pipe, with its whole stderr in the message
+                raise _video_error(path, f"ffmpeg stopped ({str(exc).splitlines()[0]})") from None
+            written = _count_frames(tmp)
+            if written != len(frames):
+                raise _video_error(path, f"ffmpeg wrote an incomplete video ({written} of {len(frames)} frames)")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _count_frames(path: Path) -> int:
+    """The frames an .mp4 holds as ffmpeg reads it back; 0 for a file it cannot read (no trailer)."""
+    import imageio.v2 as imageio
+
+    try:
+        with imageio.get_reader(path, format="FFMPEG") as reader:
+            return int(reader.count_frames())
+    except (OSError, RuntimeError, ValueError, IndexError):
+        return 0
+
+
+def _video_error(path: Path, why: str) -> OSError:
+    """ENOSPC where the disk of ``path`` is (nearly) full, else ``why``; one line naming ``path``."""
+    import errno
+    import shutil
+
+    if shutil.disk_usage(path.parent).free < 1 << 20:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return OSError(errno.EIO, why, str(path))
