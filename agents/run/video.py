@@ -194,7 +194,7 @@ def _count_frames(path: Path) -> int:
 
     try:
         with imageio.get_reader(path, format="FFMPEG") as reader:
-            return int(reader.count_frames())
+            return int(reader.count_frames())  # type: ignore[attr-defined]  # the FFMPEG reader's own method, not on the base type
     except (OSError, RuntimeError, ValueError, IndexError):
         return 0
 
