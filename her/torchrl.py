@@ -81,11 +81,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "The rest of `her` (EpisodeStorage, HerReplayBuffer, samplers) works without them."
     ) from exc
 
-from ._util import check_replaceable
+from ._util import check_replaceable, positive_int
 from .buffer import HerReplayBuffer
 from .returns import RewardFn
 from .samplers import PrioritizedSampler, UniformSampler
-from .storage import EpisodeStorage, _positive_int
+from .storage import EpisodeStorage
 
 __all__ = ["HerTorchRLReplayBuffer"]
 
@@ -211,7 +211,7 @@ class HerTorchRLReplayBuffer:
             raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not callable(compute_reward):
             raise TypeError(f"compute_reward must be callable, got {type(compute_reward).__name__}")
-        self.capacity = _positive_int(capacity, "capacity")
+        self.capacity = positive_int(capacity, "capacity")
         self.compute_reward = compute_reward
         self._batch_size = None if batch_size is None else int(batch_size)
         self.prioritized = bool(prioritized)
@@ -226,7 +226,7 @@ class HerTorchRLReplayBuffer:
                           "terminated": ("next", *_key(terminated_key)),
                           "truncated": ("next", *_key(truncated_key))}
         self.info_keys = {str(k): _key(v) for k, v in (info_keys or {}).items()}
-        self.max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
+        self.max_episode_steps = positive_int(max_episode_steps, "max_episode_steps")
         self.device = torch.device(device)
         self.transform = transform
         self.validate = validate
