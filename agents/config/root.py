@@ -17,7 +17,8 @@ from ..algos.configs import AgentConfig, algo_name, config_class
 from ..fields import check_types, convert, did_you_mean, require
 from .sections import DistConfig, EnvConfig, LogConfig, ReplayConfig, TrainConfig, check_replay
 
-__all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "Config", "agent_config", "agent_section", "config_dict", "config_yaml"]
+__all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "Config", "agent_config", "agent_section", "config_dict",
+           "config_yaml"]
 
 
 @dataclass
