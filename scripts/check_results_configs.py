@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from her_agents.config import load_config, resume_config
-from her_agents.distributed.data_parallel import flat_config
+from her_agents.distributed.launch import flat_config
 
 IGNORED = {"train.seed", "train.total_env_steps"}
 
