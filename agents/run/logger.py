@@ -28,7 +28,6 @@ import csv
 import io
 import json
 import math
-import netrc
 import os
 import shutil
 import time
@@ -39,63 +38,13 @@ from typing import Any, cast
 from tqdm import tqdm
 
 from ..config import Config, config_dict
+from .wandb_mode import check_wandb_env, wandb_mode
 
 __all__ = ["EXIT_CODES", "SAVED_FILE", "NullLogger", "RunLogger", "check_wandb_env", "saved_step", "wandb_mode"]
 
 #: the run's record of what W&B has saved: ``{"run_id": ..., "env_steps": <the last row saved>}``, written when
 #: ``run.finish()`` returns (the file ``wandb_sent.json`` of earlier versions recorded rows handed over: ignored)
 SAVED_FILE = "wandb_saved.json"
-
-
-def _has_api_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-
-
-#: the values W&B itself accepts in ``WANDB_MODE`` (it refuses any other at ``wandb.init``, online or offline)
-WANDB_ENV_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
-
-
-def check_wandb_env() -> None:
-    """Refuse a ``WANDB_MODE`` that W&B would refuse, up front and in one line: W&B validates it at every
-    ``wandb.init`` (``ValidationError: 1 validation error for Settings``), so the online init, then each offline
-    retry, would fail and the run would go on without W&B after minutes. An empty ``WANDB_MODE`` means unset:
-    it is removed from the environment.
-
-    Raises:
-        ValueError: ``WANDB_MODE`` is set to something else than online, offline or disabled (or W&B's
-            dryrun, run, shared).
-    """
-    value = os.environ.get("WANDB_MODE")
-    if value is None:
-        return
-    if not value.strip():
-        del os.environ["WANDB_MODE"]
-        return
-    if value not in WANDB_ENV_MODES:
-        raise ValueError(f"WANDB_MODE must be online, offline or disabled (or unset: log.wandb.mode decides), "
-                         f"got {value!r}")
-
-
-def wandb_mode(configured: str) -> str:
-    """The W&B mode to use: ``WANDB_MODE`` if set, else the config's; ``auto`` -> online/offline by API key.
-
-    Raises:
-        ValueError: a ``WANDB_MODE`` that W&B refuses (``check_wandb_env``).
-    """
-    check_wandb_env()
-    mode = os.environ.get("WANDB_MODE") or configured
-    if mode == "run":
-        mode = "online"
-    if mode == "auto":
-        mode = "online" if _has_api_key() else "offline"
-    if mode == "dryrun":
-        mode = "offline"
-    return mode
 
 
 #: how a run ended -> the W&B exit code (a non-zero code marks the W&B run failed)
