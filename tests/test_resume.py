@@ -234,7 +234,7 @@ def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypa
     optimizers, normalizers, counters, RNGs of the loop, torch, the agent, the replay and every train and eval
     env, the pending updates), the replay files (storage, priorities, beta schedule) and the metrics rows are
     bit-identical, clocks aside."""
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.steps as steps_mod
 
     def cfg(run_dir: Path):
         return load_config("fetch_reach_ddpg", [
@@ -243,14 +243,14 @@ def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypa
 
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     train(cfg(full))
-    real = train_mod.save_training_state
+    real = steps_mod.save_training_state
 
     def killed_at_200(run_dir, config, state, *args, **kwargs):
         real(run_dir, config, state, *args, **kwargs)
         if state.counters["env_steps"] == 200:
             raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
 
-    monkeypatch.setattr(train_mod, "save_training_state", killed_at_200)
+    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200)
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(cfg(resumed))
     monkeypatch.undo()

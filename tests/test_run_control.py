@@ -149,10 +149,10 @@ def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):
 
 def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.steps as steps_mod
 
     calls = []
-    real = train_mod.learn_step
+    real = steps_mod.learn_step
 
     def failing(*args, **kwargs):
         calls.append(1)
@@ -160,7 +160,7 @@ def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch
             raise RuntimeError("simulated failure in the update")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "learn_step", failing)
+    monkeypatch.setattr(steps_mod, "learn_step", failing)
     with pytest.raises(RuntimeError, match="simulated"):
         train(_small_cfg(tmp_path / "run"))
     (f,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
@@ -318,12 +318,12 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
         train(_small_cfg(run_dir, mode="disabled"))
     assert {p: (run_dir / p).read_bytes() for p in before} == before
 
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.start as start_mod
 
     def no_env(*args, **kwargs):
         raise RuntimeError("simulated failure at start")
 
-    monkeypatch.setattr(train_mod, "make_vector_env", no_env)
+    monkeypatch.setattr(start_mod, "make_vector_env", no_env)
     with pytest.raises(RuntimeError, match="simulated failure at start"):
         train(_small_cfg(run_dir, mode="disabled"), overwrite=True)
     assert {p: (run_dir / p).read_bytes() for p in before} == before  # the old run is intact
@@ -342,14 +342,15 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
 def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_path, monkeypatch):
     """Without ``log.save_replay`` the storage restarts empty, but the importance-sampling exponent keeps
     annealing from where the run stopped, not from beta0."""
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.state as state_mod
+    import her_agents.loop.steps as steps_mod
 
     extra = ("replay.prioritized=true", "log.save_replay=false")
     full = tmp_path / "full"
     train(_small_cfg(full, *extra, mode="disabled"))
     full_state = load_checkpoint(full / "checkpoint.pt")
 
-    real, calls = train_mod.save_training_state, []
+    real, calls = steps_mod.save_training_state, []
 
     def dies_after_second(*args, **kwargs):
         real(*args, **kwargs)
@@ -357,7 +358,7 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
         if len(calls) == 2:
             raise RuntimeError("simulated kill after the checkpoint at 200")
 
-    monkeypatch.setattr(train_mod, "save_training_state", dies_after_second)
+    monkeypatch.setattr(steps_mod, "save_training_state", dies_after_second)
     run_dir = tmp_path / "resumed"
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(_small_cfg(run_dir, *extra, mode="disabled"))
@@ -367,8 +368,8 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
     assert mid["replay_schedule"]["n_samples"] == mid["counters"]["updates"] > 0
 
     seen = []
-    real_load = train_mod.load_replay_schedule
-    monkeypatch.setattr(train_mod, "load_replay_schedule",
+    real_load = state_mod.load_replay_schedule
+    monkeypatch.setattr(state_mod, "load_replay_schedule",
                         lambda replay, sched: (real_load(replay, sched), seen.append(replay.sampler.beta)))
     train(_small_cfg(run_dir, *extra, mode="disabled"), resume=str(run_dir))
     total_updates = int(300 * 0.4)
@@ -446,14 +447,14 @@ def test_a_signal_is_acknowledged_at_once_with_what_the_stop_waits_for(capfd):
 
 
 def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_path, capfd, monkeypatch):
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.steps as steps_mod
 
     def compiling(*args, **kwargs):  # the user presses Ctrl-C while the loss functions compile
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
         assert "compile (1-2 min on an idle core) is done" in capfd.readouterr().err  # before the compile ends
 
-    monkeypatch.setattr(train_mod, "first_learn_step", compiling)
+    monkeypatch.setattr(steps_mod, "first_learn_step", compiling)
     with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT") as stopped:
         train(_small_cfg(tmp_path / "run", "agent.compile=true", mode="disabled"))
     assert stopped.value.env_steps < 100  # right after that update, before the first evaluation
@@ -461,9 +462,9 @@ def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_pat
 
 
 def test_ctrl_c_during_an_evaluation_stops_after_it_with_its_row_and_checkpoint(tmp_path, capfd, monkeypatch):
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.evaluation as evaluation_mod
 
-    real, calls = train_mod.evaluate, []
+    real, calls = evaluation_mod.evaluate, []
 
     def interrupted(*args, **kwargs):  # the user presses Ctrl-C while the first evaluation runs
         calls.append(1)
@@ -472,7 +473,7 @@ def test_ctrl_c_during_an_evaluation_stops_after_it_with_its_row_and_checkpoint(
             time.sleep(0.1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "evaluate", interrupted)
+    monkeypatch.setattr(evaluation_mod, "evaluate", interrupted)
     run_dir = tmp_path / "run"
     with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT at 100 env steps") as stopped:
         train(_small_cfg(run_dir, mode="disabled"))

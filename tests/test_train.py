@@ -156,16 +156,16 @@ def test_same_seed_runs_store_identical_buffers(tmp_path):
 
 
 def test_grasped_start_shapes_training_episodes_only(tmp_path, monkeypatch):
-    import her_agents.loop.train
+    import her_agents.loop.start
 
     built = []
-    real = her_agents.loop.train.make_vector_env
+    real = her_agents.loop.start.make_vector_env
 
     def recording(*args, **kwargs):
         built.append(kwargs.get("grasped_start", 0.0))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(her_agents.loop.train, "make_vector_env", recording)
+    monkeypatch.setattr(her_agents.loop.start, "make_vector_env", recording)
     train(_small_cfg(tmp_path / "run", "env.id=FetchPickAndPlace-v4", "env.grasped_start=1.0", "log.save_replay=true"))
     assert built == [1.0, 0.0]  # the training envs, then the evaluation envs
     z = read_replay(tmp_path / "run")  # the storage as saved: base and episode log

@@ -53,7 +53,7 @@ def source_commit() -> str | None:
 def measure(policy_path: str | Path, episodes: int = DEFAULT_EPISODES, seed: int = EVAL_SEED,
             device: str = "cpu") -> dict[str, Any]:
     """Evaluate the policy file at ``policy_path`` (or an exported directory) on ``episodes`` deterministic
-    episodes (``her_agents.loop.train.evaluate``, eval envs seeded ``seed`` as ``her-eval`` does).
+    episodes (``her_agents.loop.evaluation.evaluate``, eval envs seeded ``seed`` as ``her-eval`` does).
 
     Returns:
         ``success_rate``, ``final_distance`` (metres for Fetch), ``return``, ``episodes``, ``eval_seed``.
