@@ -60,7 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DERIVED_WHEN_UNSET", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig", "LogConfig",
            "ReplayConfig", "TrainConfig", "WandbConfig", "agent_config", "agent_section", "check_device", "check_replay",
-           "config_dict", "config_dir", "config_yaml", "load_config", "resolve_config_path", "resume_config"]
+           "config_dict", "config_dir", "config_yaml", "load_config", "resolve_config_path", "resume_config",
+           "torch_thread_count", "usable_cores"]
 
 Vectorization = Literal["sync", "async"]
 Strategy = Literal["future", "final", "episode", "mixed"]
@@ -203,8 +204,11 @@ class TrainConfig:
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (whether this machine has it is checked when training starts,
     [`check_device`][her_agents.config.check_device])."""
-    torch_threads: int = 1
-    """torch intra-op threads (>= 1; 1 is fastest on a shared 2-core box)."""
+    torch_threads: int | Literal["auto"] = "auto"
+    """torch intra-op threads: ``auto`` uses every core this process may use (``os.sched_getaffinity``; under
+    torchrun, shared among the node's ranks), so that one run owns the machine; an integer >= 1 limits it: 1 to
+    train several runs side by side, one core each. The same count sizes what the run starts in the background
+    (``agent.compile``'s compile workers). See [`torch_thread_count`][her_agents.config.torch_thread_count]."""
     normalizer_relabeled: bool = True
     """Feed the normalizer HER-relabeled samples of each new episode (baselines), else raw stored goals."""
 
@@ -217,7 +221,8 @@ class TrainConfig:
             "total_env_steps": AT_LEAST_ONE, "warmup_steps": NON_NEGATIVE, "learning_starts": NON_NEGATIVE,
             "updates_per_step": NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
             "eval_every": AT_LEAST_ONE, "eval_episodes": AT_LEAST_ONE,
-            "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
+            "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"),
+            "torch_threads": (lambda v: v == "auto" or v >= 1, "auto or an integer >= 1"),
         })
         check_device_name(self.device, "device")
 
@@ -384,6 +389,31 @@ class Config:
         require(self.agent.target_update_interval >= 1, "agent.target_update_interval",
                 ">= 1 in her-train (0 leaves the target updates to a loop of your own; this one never makes them)",
                 self.agent.target_update_interval)
+
+
+def usable_cores() -> int:
+    """The number of CPU cores this process may run on: ``len(os.sched_getaffinity(0))`` (a CPU set given by
+    ``taskset``, a container or a scheduler counts), else ``os.cpu_count()`` where the platform has no affinity
+    (macOS, Windows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def torch_thread_count(value: int | str | None) -> int:
+    """The torch threads of a ``train.torch_threads`` value (``auto``, an int >= 1; None, a config older
+    than the key: 1): ``auto`` is ``usable_cores()``, divided among the ranks a torchrun started on this node
+    (``LOCAL_WORLD_SIZE``), at least 1."""
+    if value is None:
+        return 1
+    if value == "auto":
+        try:
+            ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        except ValueError:
+            ranks = 1
+        return max(1, usable_cores() // ranks)
+    return max(1, int(value))
 
 
 #: agent fields the training loop sets, refused in the ``agent`` section: {field: the key to use instead}

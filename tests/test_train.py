@@ -257,3 +257,23 @@ def test_bad_config_gives_clear_error(tmp_path, args, expect):
     assert expect in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
+
+
+def test_the_run_sizes_torch_and_the_compile_workers_from_train_torch_threads(monkeypatch):
+    """``auto``: every core the process may use, for torch's threads and Inductor's compile workers alike; an
+    int limits both (runs side by side)."""
+    import torch._inductor.config as inductor_config
+
+    import her_agents.config
+    from her_agents.loop.train import use_threads
+
+    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
+    monkeypatch.setattr(her_agents.config, "usable_cores", lambda: 3)
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(load_config(None, ["agent.compile=true"])) == 3
+        assert torch.get_num_threads() == 3 and inductor_config.compile_threads == 3
+        assert use_threads(load_config(None, ["agent.compile=true", "train.torch_threads=1"])) == 1
+        assert torch.get_num_threads() == 1 and inductor_config.compile_threads == 1
+    finally:
+        torch.set_num_threads(before)

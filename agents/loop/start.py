@@ -16,7 +16,7 @@ from tqdm import tqdm
 import her
 from ..algos.base import Agent, q_clip_for_env
 from ..algos.registry import make_agent
-from ..config import Config, agent_config, check_device, config_yaml
+from ..config import Config, agent_config, check_device, config_yaml, torch_thread_count
 from ..run.checkpoint import ReplayFiles, check_world_size, load_checkpoint, write_atomic
 from ..run.logger import NullLogger, RunLogger
 from ..run.run_control import RunDirLock, prepare_run_dir
@@ -30,7 +30,21 @@ from her_envs import GoalEnvSpec, goal_env_spec, make_vector_env
 if TYPE_CHECKING:
     from .hooks import LoopHooks
 
-__all__ = ["Run", "build_agent", "build_replay", "open_run_dir", "seed_everything", "start_run"]
+__all__ = ["Run", "build_agent", "build_replay", "open_run_dir", "seed_everything", "start_run", "use_threads"]
+
+
+def use_threads(cfg: Config) -> int:
+    """Size this process's torch from ``train.torch_threads``
+    ([`torch_thread_count`][her_agents.config.torch_thread_count]): its intra-op threads and, with
+    ``agent.compile``, Inductor's compile workers (a pool of processes, by default one per core of the
+    machine), so that runs limited to one thread each stay within one core each. Returns the thread count."""
+    n = torch_thread_count(cfg.train.torch_threads)
+    torch.set_num_threads(n)
+    if cfg.agent.compile:
+        import torch._inductor.config as inductor_config  # only with compile: importing it costs a second
+
+        inductor_config.compile_threads = n
+    return n
 
 
 def seed_everything(seed: int) -> None:
@@ -63,7 +77,7 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     check_device(device)
     try:
         agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config,
-                           device=device, n_threads=cfg.train.torch_threads)
+                           device=device, n_threads=torch_thread_count(cfg.train.torch_threads))
     except (RuntimeError, MemoryError) as exc:
         asked = allocation_failure(exc)
         if asked is None:
@@ -167,7 +181,7 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
     """Everything before the first env step: what can refuse the config comes before the run directory, W&B
     and the envs; a resume restores its checkpoint. Closers (run directory lock, envs) go on ``cleanup``."""
     t_cfg = cfg.train
-    torch.set_num_threads(max(1, t_cfg.torch_threads))
+    use_threads(cfg)
     seed_everything(t_cfg.seed)
     spec = goal_env_spec(cfg.env.id)
     agent, reward_guard = build_agent(cfg, spec)

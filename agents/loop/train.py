@@ -23,7 +23,7 @@ from .collect import NetworksDiverged
 from .evaluation import EvalLog, evaluate
 from .hooks import LoopHooks
 from .schedule import UpdateSchedule
-from .start import Run, build_agent, build_replay, open_run_dir, seed_everything, start_run
+from .start import Run, build_agent, build_replay, open_run_dir, seed_everything, start_run, use_threads
 from .state import TrainingState, check_finite_parameters, new_counters, save_training_state
 from .steps import checkpoint_on_stop, eval_due, evaluate_and_checkpoint, learn
 from her_envs import EnvWorkerDied
@@ -47,6 +47,7 @@ __all__ = [
     "seed_everything",
     "start_run",
     "train",
+    "use_threads",
 ]
 
 
