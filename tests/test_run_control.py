@@ -184,14 +184,16 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig, code, status", [(signal.SIGTERM, 143, "terminated"),
-                                               (signal.SIGINT, 130, "interrupted")])
-def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_path, sig, code, status):
+@pytest.mark.parametrize("sig, code, status, loop", [
+    (signal.SIGTERM, 143, "terminated", []), (signal.SIGINT, 130, "interrupted", []),
+    (signal.SIGTERM, 143, "terminated", ["train.overlap_env=true"]),  # the env steps in a worker as it updates
+], ids=["SIGTERM", "SIGINT", "SIGTERM-overlapped"])
+def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_path, sig, code, status, loop):
     run_dir = tmp_path / "run"
     env = _env(WANDB_MODE="offline")
     total = 20_000  # far more than runs before the signal: the run must stop on it
     proc = _start(["fetch_reach_ddpg", f"train.total_env_steps={total}", "train.eval_every=100",
-                   f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
+                   f"log.run_dir={run_dir}", *TINY, *loop], tmp_path / "first.log", env)
     try:
         _wait_for(run_dir / "checkpoint.pt", proc)
         time.sleep(0.3)  # mid-way between two evaluations
@@ -218,7 +220,9 @@ def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_pa
     end = (steps // 100 + 2) * 100
     proc2 = _cli(["--resume", str(run_dir), f"train.total_env_steps={end}"], env)
     assert proc2.returncode == 0, proc2.stderr[-3000:]
-    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == end
+    end_state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert end_state["counters"]["env_steps"] == end
+    assert end_state["config"]["train"]["overlap_env"] == bool(loop)  # the resume kept the loop it ran
     expected = list(range(100, end + 1, 100))
     assert _csv_steps(run_dir) == expected
     assert _wandb_steps(run_dir, state["wandb_id"]) == expected  # each row once, in step order
@@ -512,13 +516,16 @@ def test_a_second_ctrl_c_names_the_last_checkpoint_and_a_resume_without_replay_s
 # ------------------------------------------------------------------------------- faults the run cannot go on from
 
 
-def test_a_killed_env_worker_stops_the_run_in_one_line_and_the_run_resumes(tmp_path):
+@pytest.mark.parametrize("workers", [["env.vectorization=async"], ["train.overlap_env=true"]],
+                         ids=["async", "overlapped"])
+def test_a_killed_env_worker_stops_the_run_in_one_line_and_the_run_resumes(tmp_path, workers):
     """SIGKILL of one async env worker (the OOM killer): the run stops within seconds with one line naming the
-    worker and the intact last checkpoint, no worker is left, and ``--resume`` continues (it hung forever)."""
+    worker and the intact last checkpoint, no worker is left, and ``--resume`` continues (it hung forever).
+    The same where the workers step while the loop updates (``train.overlap_env``)."""
     run_dir = tmp_path / "run"
     env = _env(WANDB_MODE="disabled")
     proc = _start(["fetch_reach_ddpg", "train.total_env_steps=20000", "train.eval_every=100", "env.n_envs=2",
-                   "env.vectorization=async", f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
+                   *workers, f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
     try:
         _wait_for(run_dir / "checkpoint.pt", proc)
         with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:

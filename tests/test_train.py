@@ -277,3 +277,29 @@ def test_the_run_sizes_torch_and_the_compile_workers_from_train_torch_threads(mo
         assert torch.get_num_threads() == 1 and inductor_config.compile_threads == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_overlapped_loop_steps_a_worker_process_and_a_seed_gives_one_run(tmp_path, monkeypatch):
+    """``train.overlap_env``: the training env steps in a worker process (also for one env) while the updates
+    run; two runs of a seed are bit-identical, do as many updates as the serial loop, and differ from it only
+    by the one-step lag (an episode a step ends joins the replay after that step's updates)."""
+    import her_agents.loop.start
+    from run_compare import differences, run_differences
+
+    built = []
+    real = her_agents.loop.start.make_vector_env
+
+    def recording(env_id, n_envs, vectorization, *args, **kwargs):
+        built.append((n_envs, vectorization))
+        return real(env_id, n_envs, vectorization, *args, **kwargs)
+
+    monkeypatch.setattr(her_agents.loop.start, "make_vector_env", recording)
+    extra = ("train.updates_per_step=1", "log.save_replay=true", "env.n_envs=1")
+    for name in ("a", "b"):
+        train(_small_cfg(tmp_path / name, *extra, "train.overlap_env=true"))
+    assert built == [(1, "async"), (2, "sync")] * 2  # training env in a worker; evaluation in this process
+    train(_small_cfg(tmp_path / "serial", *extra))
+    assert run_differences(tmp_path / "a", tmp_path / "b") == []
+    overlapped, serial = (load_checkpoint(tmp_path / n / "checkpoint.pt") for n in ("a", "serial"))
+    assert overlapped["counters"] == {**serial["counters"], "wall_time": overlapped["counters"]["wall_time"]}
+    assert differences(overlapped["agent"], serial["agent"])  # the lag: other weights

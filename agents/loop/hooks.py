@@ -41,7 +41,8 @@ class LoopHooks:
         """After ``start_run`` (a resume's checkpoint loaded), before the first step."""
 
     def collect(self, run: Run) -> int:
-        """One collection step of the loop; returns the env steps it stored (``collect``: one per env)."""
+        """One collection step of the loop; returns the env steps it stored (``collect``: one per env). Not called
+        with ``train.overlap_env`` (and training envs), whose step collects and learns at once."""
         return collect(run)
 
     def share(self, obj: T) -> T:

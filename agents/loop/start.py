@@ -168,6 +168,8 @@ class Run:
     env_id: str
     n_envs: int
     first_update: bool = True
+    overlap_env: bool = False
+    """The loop steps the training envs while it updates (``train.overlap_env``, with training envs)."""
     checkpoint_steps: int | None = None
     """The env steps of the last checkpoint in the run directory (None: none yet)."""
 
@@ -222,7 +224,8 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
         state.goal_given = choose_behaviour_goals(agent, replay, env, obs, np.ones(cfg.env.n_envs, bool),
                                                   cfg.env.behaviour_goals, state.goals, rng)
     return Run(cfg, hooks, spec, state, run_dir, logger, progress, obs, reward_guard, wandb_id, next_eval,
-               cfg.env.id, cfg.env.n_envs, checkpoint_steps=counters["env_steps"] if resume else None)
+               cfg.env.id, cfg.env.n_envs, overlap_env=cfg.train.overlap_env and env is not None,
+               checkpoint_steps=counters["env_steps"] if resume else None)
 
 
 def _claim_run_dir(cfg: Config, seed: int, resume: str | None, overwrite: bool, hooks: LoopHooks,
@@ -248,7 +251,8 @@ def _open_envs(cfg: Config, seed: int, cleanup: contextlib.ExitStack,
     ``seed + 10_000``)."""
     env = None
     if training:
-        env = make_vector_env(cfg.env.id, cfg.env.n_envs, cfg.env.vectorization, seed=seed,
+        vectorization = "async" if cfg.train.overlap_env else cfg.env.vectorization  # workers step meanwhile
+        env = make_vector_env(cfg.env.id, cfg.env.n_envs, vectorization, seed=seed,
                               grasped_start=cfg.env.grasped_start, behaviour_goals=cfg.env.behaviour_goals > 0,
                               rare_state_start=cfg.env.rare_state_start, rare_state_cell=cfg.env.rare_state_cell)
         cleanup.callback(env.close)

@@ -1,22 +1,25 @@
 """The loop's named steps on a started ``Run``: ``collect`` (one env step of every training env), ``learn``
-(the due updates), ``evaluate_and_checkpoint`` and ``checkpoint_on_stop``."""
+(the due updates), or both at once with the env step overlapped (``collect_and_learn_overlapped``),
+``evaluate_and_checkpoint`` and ``checkpoint_on_stop``."""
 
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
+import numpy as np
 from tqdm import tqdm
 
 import her
 from ..run.run_control import GracefulStop, TrainingStopped
-from .collect import choose_action, choose_behaviour_goals, collect_step, learn_step, normalize_from_episode
+from .collect import choose_action, choose_behaviour_goals, learn_step, normalize_from_episode, store_step
 from .state import check_finite_parameters, save_training_state
 
 if TYPE_CHECKING:
     from .start import Run
 
-__all__ = ["checkpoint_on_stop", "collect", "eval_due", "evaluate_and_checkpoint", "first_learn_step", "learn",
+__all__ = ["checkpoint_on_stop", "collect", "collect_and_learn_overlapped", "eval_due", "evaluate_and_checkpoint", "first_learn_step", "learn",
            "write_checkpoint"]
 
 
@@ -24,12 +27,40 @@ def collect(run: Run) -> int:
     """One env step of every training env: act, step, store the real next state (never the autoreset one),
     count finished episodes and their successes, and feed the normalizers the episodes completed. Returns the
     env steps stored (``env.n_envs``)."""
+    assert run.state.env is not None, "a process that collects has training envs"
+    action = _act(run)
+    return _store(run, action, run.state.env.step(action))
+
+
+def collect_and_learn_overlapped(run: Run, stop: GracefulStop) -> int:
+    """[`collect`][her_agents.loop.steps.collect] and [`learn`][her_agents.loop.steps.learn] with the env
+    step overlapped (``train.overlap_env``): act, hand the actions to the env worker processes
+    (``step_async``), do this step's due updates while they step, then wait for the step (``step_wait``) and
+    store it. The updates see the replay and normalizers without this step's transition (a one-step lag: an
+    episode this step ends joins them after its updates); the same RNG draws happen in the same order every
+    time, so a seed gives one run and a resume continues it exactly. Returns the env steps stored (``env.n_envs``)."""
+    env = run.state.env
+    assert isinstance(env, gym.vector.AsyncVectorEnv), "train.overlap_env steps the envs in worker processes"
+    action = _act(run)
+    env.step_async(action)
+    learn(run, stop, run.n_envs, env_steps=run.state.counters["env_steps"] + run.n_envs)
+    return _store(run, action, env.step_wait())
+
+
+def _act(run: Run) -> np.ndarray:
+    """The actions of this env step: uniform during ``train.warmup_steps``, then the agent's exploring ones."""
+    s = run.state
+    assert s.rng is not None, "a process that collects has its RNG"
+    warmup = s.counters["env_steps"] < run.cfg.train.warmup_steps
+    return choose_action(s.agent, run.obs, run.spec, run.n_envs, warmup, s.rng)
+
+
+def _store(run: Run, action: np.ndarray, result: Any) -> int:
+    """Store the env step ``result`` (of ``action`` from ``run.obs``) and do its bookkeeping (``collect``)."""
     s, t_cfg = run.state, run.cfg.train
     assert s.env is not None and s.rng is not None, "a process that collects has training envs"
-    warmup = s.counters["env_steps"] < t_cfg.warmup_steps
-    action = choose_action(s.agent, run.obs, run.spec, run.n_envs, warmup, s.rng)
-    run.obs, step, stored = collect_step(s.env, run.obs, action, s.replay, run.spec.info_shapes, run.reward_guard,
-                                         run.env_id)
+    run.obs, step, stored = store_step(result, run.obs, action, s.replay, run.spec.info_shapes, run.reward_guard,
+                                       run.env_id)
     s.counters["env_steps"] += run.n_envs
     if step.done.any():
         s.agent.reset_noise(step.done)
@@ -45,10 +76,12 @@ def collect(run: Run) -> int:
     return run.n_envs
 
 
-def learn(run: Run, stop: GracefulStop, n_steps: int | None = None) -> None:
+def learn(run: Run, stop: GracefulStop, n_steps: int | None = None, env_steps: int | None = None) -> None:
     """Earn the updates of the ``n_steps`` env steps just collected (default one per env); do the due ones each
-    time the env steps pass a multiple of ``train.update_every``."""
-    s, env_steps = run.state, run.state.counters["env_steps"]
+    time the env steps pass a multiple of ``train.update_every``. ``env_steps``: the run's env steps with
+    these (default the counter's; ``collect_and_learn_overlapped`` learns before it stores them)."""
+    s = run.state
+    env_steps = s.counters["env_steps"] if env_steps is None else env_steps
     n_steps = run.n_envs if n_steps is None else n_steps
     s.schedule.collect(n_steps, env_steps, len(s.replay) > 0)
     every = run.cfg.train.update_every

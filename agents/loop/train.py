@@ -1,7 +1,9 @@
 """The training loop: collect with a vector env, store episodes, sample HER batches, update, evaluate, log.
 
 ``train(cfg)`` is ``start_run`` (set-up, resume) and then a loop of named steps: ``collect`` (act ->
-step -> store, one env step of each env) and ``learn`` (the due updates); every ``train.eval_every`` env
+step -> store, one env step of each env) and ``learn`` (the due updates), or with ``train.overlap_env`` both
+at once, the updates done while env worker processes step (``collect_and_learn_overlapped``); every
+``train.eval_every`` env
 steps ``evaluate_and_checkpoint`` (log to stdout, metrics.csv, W&B; checkpoint atomically); a SIGINT /
 SIGTERM checkpoints and stops (``checkpoint_on_stop``). It runs in one process; multi-process modes plug in
 through ``LoopHooks``, and the loop stays the one loop: ``her_agents.distributed.data_parallel`` averages
@@ -25,7 +27,7 @@ from .hooks import LoopHooks
 from .schedule import UpdateSchedule
 from .start import Run, build_agent, build_replay, open_run_dir, seed_everything, start_run, use_threads
 from .state import TrainingState, check_finite_parameters, new_counters, save_training_state
-from .steps import checkpoint_on_stop, eval_due, evaluate_and_checkpoint, learn
+from .steps import checkpoint_on_stop, collect_and_learn_overlapped, eval_due, evaluate_and_checkpoint, learn
 from her_envs import EnvWorkerDied
 
 # The loop's pieces live in the modules beside this one, by concern (start, steps, schedule, evaluation, state,
@@ -99,8 +101,11 @@ def _train(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks, s
         while run.env_steps < run.cfg.train.total_env_steps:
             if hooks.should_stop(stop.signum is not None, run.env_steps):
                 break
-            n_steps = hooks.collect(run)
-            learn(run, stop, n_steps)
+            if run.overlap_env:
+                n_steps = collect_and_learn_overlapped(run, stop)
+            else:
+                n_steps = hooks.collect(run)
+                learn(run, stop, n_steps)
             run.progress.update(n_steps)
             if eval_due(run):
                 evaluate_and_checkpoint(run, stop)
