@@ -31,7 +31,7 @@ def run_training(cfg: Config, resume: str | None = None, overwrite: bool = False
         return train_actor_learner(cfg, resume, overwrite)
     from .run.run_control import launch_int
 
-    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.distributed.data_parallel.rendezvous_env reads it
+    if launch_int("WORLD_SIZE", 1) <= 1:  # as her_agents.distributed.launch.rendezvous_env reads it
         from .loop.train import train
 
         return train(cfg, resume, overwrite)

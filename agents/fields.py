@@ -1,5 +1,5 @@
 """Typed dataclass fields: check and convert a dataclass's values against its annotations, check ranges, and say
-in words what a type expects. The config sections ([`her_agents.config`][]) and the agents' config dataclasses
+in words what a type expects (and which valid key a misspelled one meant). The config sections ([`her_agents.config`][]) and the agents' config dataclasses
 ([`her_agents.algos.base.AgentConfig`][] and its subclasses) call these from ``__post_init__``, so each
 validates its
 own values, with one-line errors that start with the field's name (a caller adds the section, e.g. ``agent.``).
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 __all__ = ["AT_LEAST_ONE", "Bound", "NON_NEGATIVE", "POSITIVE", "UNIT_INTERVAL", "Range", "check_ranges", "check_types",
-           "convert", "describe_type", "require"]
+           "convert", "describe_type", "did_you_mean", "require"]
 
 Range = tuple[Callable[[Any], bool], str]
 """A range check: ``(test(value) -> bool, what is expected in words)``."""
@@ -168,3 +168,20 @@ def describe_type(hint: Any) -> str:
     if origin is dict or hint is dict:
         return "a mapping"
     return {int: "an integer", float: "a finite number", Bound: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
+
+
+def did_you_mean(key: str, valid: list[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the valid key closest to a misspelled one (its last part compared within its
+    section, the whole key across sections), or ``""``."""
+    import difflib
+
+    section, _, leaf = key.rpartition(".")
+    leaves = {v.rpartition(".")[2]: v for v in valid if v.rpartition(".")[0] == section}
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75) if leaf else []
+    if close:
+        return f" (did you mean {prefix}{leaves[close[0]]}?)"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.85) if key else []
+    if not close and not section:  # a misspelled section (trian.seed=1 is reported as 'trian')
+        sections = sorted({v.partition(".")[0] for v in valid if "." in v})
+        close = difflib.get_close_matches(key, sections, n=1, cutoff=0.75)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""

@@ -1,14 +1,16 @@
-"""Small helpers of the hot paths (sampling, adding steps)."""
+"""Small helpers of the hot paths (sampling, adding steps) and the argument checks the pieces share."""
 
 from __future__ import annotations
 
 import math
 import numbers
+import operator
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ParameterError", "check_real", "filled", "refuse_complex"]
+__all__ = ["ParameterError", "as_shape", "check_real", "filled", "positive_int", "real_float32", "refuse_complex"]
 
 _CACHED_MAX = 1 << 16  # batch sizes up to this reuse a template; larger ones are rare and would pin memory
 
@@ -45,6 +47,36 @@ def refuse_complex(x: object, name: str) -> None:
     dtype = x.dtype if isinstance(x, (np.ndarray, np.generic)) else np.asarray(x).dtype
     if dtype.kind == "c":
         raise ValueError(f"{name} must be real numbers, got a complex array (dtype {dtype})")
+
+
+def real_float32(x: Any, name: str) -> np.ndarray:
+    """``x`` as float32; complex input is refused (numpy would drop the imaginary part with only a warning)."""
+    refuse_complex(x, name)
+    return np.asarray(x, np.float32)
+
+
+def as_shape(x: Any, name: str = "shape") -> tuple[int, ...]:
+    """A shape as a tuple of non-negative ints; a ValueError naming ``name`` otherwise."""
+    try:
+        dims = tuple(operator.index(d) for d in x)
+    except TypeError:
+        raise ValueError(f"{name} must be a tuple of non-negative ints, e.g. (25,), got {x!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{name} must be a tuple of non-negative ints, e.g. (25,), got {x!r}")
+    return dims
+
+
+def positive_int(v: Any, name: str) -> int:
+    """``v`` as an int >= 1 (not a bool); a ValueError naming ``name`` otherwise."""
+    if isinstance(v, (bool, np.bool_)):  # operator.index(True) is 1: a flag passed where a size belongs
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}") from None
+    if n < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return n
 
 
 def check_real(name: str, value: object, what: str, low: float = -math.inf, high: float = math.inf,

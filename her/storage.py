@@ -11,19 +11,19 @@ The storage takes complete episodes only (``add_episode``). Steps coming from pa
 an ``her.EpisodeWriter`` (``her/writer.py``, which holds the storage; this module never imports it) and handed
 over when their episode ends, so only complete episodes are ever sampled and episodes never mix. When the ring is
 full the oldest whole episodes are dropped; listeners (e.g. a prioritized sampler) are told which transitions
-entered and left. Semantics: ``docs/semantics.md``.
+entered and left. Semantics: ``docs/semantics.md``. The saved format and its migration: ``her/storage_format.py``.
 """
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
 
-from ._util import refuse_complex
+from ._util import as_shape, positive_int, real_float32
+from .storage_format import STORAGE_FORMAT, load_npz, migrate_storage_state, save_npz
 
 __all__ = ["STORAGE_FORMAT", "EpisodeStorage", "StorageListener", "migrate_storage_state", "storage_from_env"]
 
@@ -44,35 +44,6 @@ _MOVED = {
     "in_progress_lengths": "buffer.in_progress_lengths() or writer.in_progress_lengths()",
     "writer": "buffer.writer, or her.EpisodeWriter(storage)",
 }
-
-
-def _shape(x: Any, name: str = "shape") -> tuple[int, ...]:
-    """A shape as a tuple of non-negative ints; a ValueError naming ``name`` otherwise."""
-    try:
-        dims = tuple(operator.index(d) for d in x)
-    except TypeError:
-        raise ValueError(f"{name} must be a tuple of non-negative ints, e.g. (25,), got {x!r}") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"{name} must be a tuple of non-negative ints, e.g. (25,), got {x!r}")
-    return dims
-
-
-def _real_float32(x: Any, name: str) -> np.ndarray:
-    """``x`` as float32; complex input is refused (numpy would drop the imaginary part with only a warning)."""
-    refuse_complex(x, name)
-    return np.asarray(x, np.float32)
-
-
-def _positive_int(v: Any, name: str) -> int:
-    if isinstance(v, (bool, np.bool_)):  # operator.index(True) is 1: a flag passed where a size belongs
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    try:
-        n = operator.index(v)
-    except TypeError:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}") from None
-    if n < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return n
 
 
 class EpisodeStorage:
@@ -113,13 +84,13 @@ class EpisodeStorage:
         info_shapes: Mapping[str, tuple[int, ...]] | None = None,
         validate: bool = True,
     ) -> None:
-        self.capacity = _positive_int(capacity, "capacity")
-        self.max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
-        self.n_envs = _positive_int(n_envs, "n_envs")
-        self.observation_shape = _shape(observation_shape, "observation_shape")
-        self.action_shape = _shape(action_shape, "action_shape")
-        self.goal_shape = None if goal_shape is None else _shape(goal_shape, "goal_shape")
-        self.info_shapes = {k: _shape(v, f"info_shapes[{k!r}]") for k, v in (info_shapes or {}).items()}
+        self.capacity = positive_int(capacity, "capacity")
+        self.max_episode_steps = positive_int(max_episode_steps, "max_episode_steps")
+        self.n_envs = positive_int(n_envs, "n_envs")
+        self.observation_shape = as_shape(observation_shape, "observation_shape")
+        self.action_shape = as_shape(action_shape, "action_shape")
+        self.goal_shape = None if goal_shape is None else as_shape(goal_shape, "goal_shape")
+        self.info_shapes = {k: as_shape(v, f"info_shapes[{k!r}]") for k, v in (info_shapes or {}).items()}
         self.validate = validate
         self.n_slots = self.capacity + -(-self.capacity // self.max_episode_steps) + 1
         S = self.n_slots
@@ -258,7 +229,7 @@ class EpisodeStorage:
             ValueError: wrong shapes, NaN/inf or complex values, T < 1, T > capacity, missing goals or info keys.
             TypeError: ``terminated`` is not a bool.
         """
-        obs = _real_float32(observation, "observation")
+        obs = real_float32(observation, "observation")
         T = obs.shape[0] - 1 if obs.ndim >= 1 else -1
         if T < 1:
             raise ValueError(f"an episode needs at least 2 states (1 transition), got observation shape {obs.shape}")
@@ -267,17 +238,17 @@ class EpisodeStorage:
                 f"episode of {T} transitions is longer than the storage capacity {self.capacity}: "
                 "raise `capacity` or shorten episodes"
             )
-        data = {"observation": obs, "action": _real_float32(action, "action"), "reward": _real_float32(reward, "reward")}
+        data = {"observation": obs, "action": real_float32(action, "action"), "reward": real_float32(reward, "reward")}
         expect = {"observation": (T + 1, *self.observation_shape), "action": (T, *self.action_shape), "reward": (T,)}
         if self.goal_shape is not None:
             if achieved_goal is None or desired_goal is None:
                 raise ValueError("this storage keeps goals: add_episode needs achieved_goal and desired_goal")
-            dg = _real_float32(desired_goal, "desired_goal")
+            dg = real_float32(desired_goal, "desired_goal")
             if dg.shape == self.goal_shape:
                 dg = np.broadcast_to(dg, (T + 1, *self.goal_shape))
             elif dg.shape == (T, *self.goal_shape):
                 dg = np.concatenate([dg, dg[-1:]])
-            data["achieved_goal"] = _real_float32(achieved_goal, "achieved_goal")
+            data["achieved_goal"] = real_float32(achieved_goal, "achieved_goal")
             data["desired_goal"] = dg
             expect["achieved_goal"] = expect["desired_goal"] = (T + 1, *self.goal_shape)
         elif achieved_goal is not None or desired_goal is not None:
@@ -287,7 +258,7 @@ class EpisodeStorage:
         if missing:
             raise ValueError(f"info is missing keys {sorted(missing)} (expected keys {sorted(self.info_shapes)})")
         for k, shp in self.info_shapes.items():
-            data["info." + k] = _real_float32(info[k], "info." + k)
+            data["info." + k] = real_float32(info[k], "info." + k)
             expect["info." + k] = (T, *shp)
         for k, arr in data.items():
             if arr.shape != expect[k]:
@@ -403,36 +374,15 @@ class EpisodeStorage:
 
     def save(self, path: str) -> None:
         """Write the storage compressed (``.npz``) atomically: a temp file, fsync, then ``os.replace``; the file
-        gets the permissions ``open()`` would give it (the umask's)."""
-        import os
-        import tempfile
-
-        from ._util import check_replaceable
-
-        check_replaceable(path)
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, **self.state_dict(copy=False))
-                f.flush()
-                os.fsync(f.fileno())
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        gets the permissions ``open()`` would give it (the umask's). See ``her.storage_format.save_npz``."""
+        save_npz(path, self.state_dict(copy=False))
 
     def load(self, path: str) -> None:
         """Load a file written by ``save`` (of any format ``migrate_storage_state`` reads).
 
         Raises:
             ValueError: a file of another storage size or layout, or of an unknown format."""
-        with np.load(path) as z:
-            self.load_state_dict({k: z[k] for k in z.files})
+        self.load_state_dict(load_npz(path))
 
     # ------------------------------------------------------------------ append-only episode log
     def episodes_after(self, n_added: int) -> dict[str, np.ndarray] | None:
@@ -495,29 +445,6 @@ class EpisodeStorage:
         if self.has_goals:
             arrays["achieved_goal"] = self.achieved_goal
         return arrays
-
-
-STORAGE_FORMAT = 1
-"""Format of ``EpisodeStorage.state_dict`` (its ``format`` entry): 1 since the entry exists. Format 0 (no
-entry) is what earlier versions saved, some without the ``next_achieved_goal`` field."""
-
-
-def migrate_storage_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """A storage state of any format this version reads, in format ``STORAGE_FORMAT``: the one place that
-    knows the earlier formats.
-
-    Raises:
-        ValueError: a format this version does not know (one line naming it and the formats read).
-    """
-    state = dict(state)
-    found = int(np.asarray(state.pop("format", 0)))
-    if found not in (0, STORAGE_FORMAT):
-        raise ValueError(f"a replay storage of format {found}: this version of her reads formats 0 to "
-                         f"{STORAGE_FORMAT} (a newer version of her wrote it?)")
-    if found == 0 and "field.achieved_goal" in state and "field.next_achieved_goal" not in state:
-        # saved before the records kept a copy of the next state's achieved goal: derive it
-        state["field.next_achieved_goal"] = np.roll(state["field.achieved_goal"], -1, axis=0)
-    return state
 
 
 def check_is_storage(storage: object, name: str = "storage") -> None:

@@ -61,11 +61,7 @@ calls check their arguments and change nothing, as TorchRL's uniform buffers ign
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import tempfile
-import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,48 +70,23 @@ import numpy as np
 
 try:
     import torch
-    from tensordict import TensorDict, TensorDictBase
+    from tensordict import TensorDictBase
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "her.torchrl needs torch and tensordict: pip install -e '.[torchrl]' (installs them with torchrl==0.14.1). "
         "The rest of `her` (EpisodeStorage, HerReplayBuffer, samplers) works without them."
     ) from exc
 
-from ._util import check_replaceable
+from ._util import positive_int
 from .buffer import HerReplayBuffer
 from .returns import RewardFn
 from .samplers import PrioritizedSampler, UniformSampler
-from .storage import EpisodeStorage, _positive_int
+from .storage import EpisodeStorage
+from .torchrl_dump import read_dump, write_dump
+from .torchrl_staging import EpisodeStaging
+from .torchrl_tensordict import NestedKey, TensorDictLayout, as_key, to_numpy
 
 __all__ = ["HerTorchRLReplayBuffer"]
-
-NestedKey = str | tuple[str, ...]
-
-_STATE = ("observation", "achieved_goal", "desired_goal")
-_new_td = getattr(TensorDict, "_new_unsafe", None) or TensorDict  # skips the per-entry checks (16 us vs 70 us)
-
-
-def _key(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
-
-
-def _nested(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        d = out
-        for part in key[:-1]:
-            d = d.setdefault(part, {})
-        d[key[-1]] = value
-    return out
-
-
-def _numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        try:
-            return x.numpy()  # a CPU tensor without grad: no copy, one call
-        except (RuntimeError, TypeError):
-            return x.detach().cpu().numpy()
-    return np.asarray(x)
 
 
 class HerTorchRLReplayBuffer:
@@ -211,7 +182,7 @@ class HerTorchRLReplayBuffer:
             raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not callable(compute_reward):
             raise TypeError(f"compute_reward must be callable, got {type(compute_reward).__name__}")
-        self.capacity = _positive_int(capacity, "capacity")
+        self.capacity = positive_int(capacity, "capacity")
         self.compute_reward = compute_reward
         self._batch_size = None if batch_size is None else int(batch_size)
         self.prioritized = bool(prioritized)
@@ -219,14 +190,11 @@ class HerTorchRLReplayBuffer:
                                     td_error_clip=td_error_clip)
         self._her_kwargs = dict(strategy=strategy, n_sampled_goal=n_sampled_goal, n_step=n_step, gamma=gamma,
                                 seed=seed, **her_kwargs)
-        self.priority_key = _key(priority_key)
-        self.keys = {"observation": _key(observation_key), "achieved_goal": _key(achieved_goal_key),
-                     "desired_goal": _key(desired_goal_key), "action": _key(action_key)}
-        self.next_keys = {"reward": ("next", *_key(reward_key)), "done": ("next", *_key(done_key)),
-                          "terminated": ("next", *_key(terminated_key)),
-                          "truncated": ("next", *_key(truncated_key))}
-        self.info_keys = {str(k): _key(v) for k, v in (info_keys or {}).items()}
-        self.max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
+        self.priority_key = as_key(priority_key)
+        self.layout = TensorDictLayout(observation_key, achieved_goal_key, desired_goal_key, action_key, reward_key,
+                                       done_key, terminated_key, truncated_key, info_keys)
+        self.keys, self.next_keys, self.info_keys = self.layout.keys, self.layout.next_keys, self.layout.info_keys
+        self.max_episode_steps = positive_int(max_episode_steps, "max_episode_steps")
         self.device = torch.device(device)
         self.transform = transform
         self.validate = validate
@@ -238,6 +206,7 @@ class HerTorchRLReplayBuffer:
         self.storage: EpisodeStorage | None = None
         self.her: HerReplayBuffer | None = None
         self.n_envs: int | None = None
+        self._staging: EpisodeStaging | None = None  # built with the storage
         self._write_count = 0
         if observation_shape is not None:
             assert goal_shape is not None and action_shape is not None  # all or none: checked above
@@ -266,10 +235,8 @@ class HerTorchRLReplayBuffer:
                         **self._her_kwargs)
 
     def _reset_staging(self) -> None:
-        n = self.n_envs or 0
-        self._pending: list[list[dict[str, np.ndarray]]] = [[] for _ in range(n)]
-        self._pending_len = [0] * n
-        self._too_long = [False] * n
+        assert self.her is not None  # built with the storage
+        self._staging = EpisodeStaging(self.her, self.n_envs or 0, self.capacity, list(self.info_keys))
 
     # ------------------------------------------------------------------ TorchRL interface: queries
     def __len__(self) -> int:
@@ -328,63 +295,8 @@ class HerTorchRLReplayBuffer:
             raise TypeError(f"add takes a TensorDict, got {type(data).__name__}")
         return self._write(data, one_step=True)
 
-    def _read(self, data: TensorDictBase, one_step: bool) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-        """Arrays [n, T, ...] of the stored fields, terminated and truncated [n, T] (``one_step``: T = 1, the
-        batch dimensions are all env dimensions)."""
-        if one_step:
-            n, T = math.prod(data.batch_size), 1
-        else:
-            *env_dims, T = data.batch_size
-            n = math.prod(env_dims)
-
-        def get(key: tuple[str, ...]) -> np.ndarray | None:
-            x = data.get(key, None)
-            if x is None:
-                return None
-            a = _numpy(x)
-            return a.reshape(n, T, *a.shape[data.ndim:])
-
-        def need(key: tuple[str, ...]) -> np.ndarray:
-            a = get(key)
-            if a is None:
-                expected = [*self.keys.values(), *(("next", *self.keys[k]) for k in _STATE),
-                            self.next_keys["reward"], self.next_keys["done"] + ("or terminated",)]
-                raise KeyError(f"HerTorchRLReplayBuffer: the TensorDict has no {key!r} entry (expected "
-                               f"{expected}; rename with the *_key arguments). Its keys: "
-                               f"{sorted(map(str, data.keys(True, True)))}")
-            return a
-
-        arrays = {name: need(key) for name, key in self.keys.items()}
-        for name in _STATE:
-            arrays["next_" + name] = need(("next", *self.keys[name]))
-        reward = need(self.next_keys["reward"])
-        arrays["reward"] = reward.reshape(n, T) if reward.size == n * T else reward
-        for name, key in self.info_keys.items():
-            arrays["info." + name] = need(key)
-        done, term, trunc = (get(self.next_keys[k]) for k in ("done", "terminated", "truncated"))
-        if done is None and term is None:
-            raise KeyError(f"HerTorchRLReplayBuffer: the TensorDict has neither {self.next_keys['done']!r} nor "
-                           f"{self.next_keys['terminated']!r}: episode ends are needed")
-        done, term, trunc = (None if a is None else a.reshape(n, T).astype(bool) for a in (done, term, trunc))
-        if term is None:
-            assert done is not None  # one of done and terminated: checked above
-            term = done & ~trunc if trunc is not None else done
-        if trunc is None:
-            trunc = (done & ~term) if done is not None else np.zeros_like(term)
-        if n == 1 and T > 1:
-            traj = data.get(("collector", "traj_ids"), None)
-            if traj is not None:
-                traj = _numpy(traj).reshape(T)
-                changes = np.flatnonzero(traj[1:] != traj[:-1])
-                if len(changes) and not (term | trunc)[0, changes].all():
-                    raise ValueError(
-                        "HerTorchRLReplayBuffer.extend: this [T] TensorDict switches trajectory (collector "
-                        "traj_ids) without an episode end: it looks like the reshape(-1) of a batched "
-                        "collector's [n_envs, T] output. Pass that output as it is (time last).")
-        return arrays, term, trunc
-
     def _write(self, data: TensorDictBase, one_step: bool) -> torch.Tensor:
-        arrays, term, trunc = self._read(data, one_step)
+        arrays, term, trunc = self.layout.read(data, one_step)
         n, T = term.shape
         if self.storage is None:
             info_shapes = {k: arrays["info." + k].shape[2:] for k in self.info_keys}
@@ -406,62 +318,8 @@ class HerTorchRLReplayBuffer:
                 if arrays[a_name].shape[2:] != shp:
                     raise ValueError(f"{a_name}: expected per-step shape {shp}, got {arrays[a_name].shape[2:]}")
         self._write_count += n * T
-        done = term | trunc
-        episodes, tails = [], []
-        for e in range(n):
-            if self._pending_len[e] and not self._continues(e, arrays):
-                self._drop(e)
-            start = 0
-            for end in np.flatnonzero(done[e]).tolist():
-                episodes.append((int(end), e, start))
-                start = int(end) + 1
-            tails.append((e, start))
-        episodes.sort()  # in the order they end (envs in order at a tie): as her.EpisodeStorage.add stores them
-        stored, error = [], None
-        for end, e, start in episodes:
-            parts = [{k: a[e, start:end + 1] for k, a in arrays.items()}]
-            if start == 0:
-                parts = self._pending[e] + parts
-                too_long = self._too_long[e]
-                self._drop(e)
-                if too_long:  # refused already: its remaining steps are dropped up to its end
-                    continue
-            try:
-                s, length = self._store(parts, bool(term[e, end]))
-                stored.append((s + np.arange(length)) % st.n_slots)
-            except ValueError as exc:
-                error = error or exc
-        for e, start in tails:
-            if start < T and not self._too_long[e]:
-                self._pending[e].append({k: np.array(a[e, start:], np.float32) for k, a in arrays.items()})
-                self._pending_len[e] += T - start
-                if self._pending_len[e] > self.capacity:
-                    self._drop(e)
-                    self._too_long[e] = True
-                    error = error or ValueError(
-                        f"env {e}: episode passed the storage capacity of {self.capacity} transitions without "
-                        "ending; raise `capacity` or end episodes sooner")
-        if error is not None:
-            raise error
-        return torch.from_numpy(np.concatenate(stored) if stored else np.zeros(0, np.int64))
-
-    def _continues(self, e: int, arrays: dict[str, np.ndarray]) -> bool:
-        last = self._pending[e][-1]
-        return all(np.array_equal(np.asarray(arrays[k][e, 0], np.float32), last["next_" + k][-1]) for k in _STATE)
-
-    def _drop(self, e: int) -> None:
-        self._pending[e] = []
-        self._pending_len[e] = 0
-        self._too_long[e] = False
-
-    def _store(self, parts: list[dict[str, np.ndarray]], terminated: bool) -> tuple[int, int]:
-        cat = (lambda k: parts[0][k]) if len(parts) == 1 else (lambda k: np.concatenate([p[k] for p in parts]))
-        states = {k: np.concatenate([parts[0][k][:1], cat("next_" + k)]) for k in _STATE}
-        info = {k: cat("info." + k) for k in self.info_keys}
-        assert self.her is not None  # built with the storage by the first write
-        return self.her.add_episode(states["observation"], cat("action"), cat("reward"),
-                                    achieved_goal=states["achieved_goal"], desired_goal=states["desired_goal"],
-                                    terminated=terminated, info=info)
+        assert self._staging is not None  # built with the storage
+        return torch.from_numpy(self._staging.write(arrays, term, trunc))
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -480,36 +338,7 @@ class HerTorchRLReplayBuffer:
         if self.her is None or self.storage is None or len(self.storage) == 0:
             raise ValueError("HerTorchRLReplayBuffer: no complete episode stored yet (only whole episodes are "
                              "sampled): collect at least one episode before sampling")
-        b = self.her.sample(B)
-        st = self.storage
-        idx, m = b.index, b.n_steps
-        nxt = idx + m
-        if st.wraps:
-            nxt %= st.n_slots
-        term = b.terminated
-        ends = ~st.sampleable.take(nxt)  # s_{t+m} (in a live episode) starts no transition: its episode's last state
-        flags = np.zeros((4, B, 1), np.bool_)  # ("next", done | terminated | truncated), root (all False)
-        flags[0, :, 0] = ends | term
-        flags[1, :, 0] = term
-        flags[2, :, 0] = ends & ~term
-        t = torch.from_numpy
-        k, nk = self.keys, self.next_keys
-        goal = t(b.desired_goal)
-        flat = {
-            k["observation"]: t(b.observation), k["achieved_goal"]: t(st.achieved_goal.take(idx, axis=0)),
-            k["desired_goal"]: goal, k["action"]: t(b.action),
-            ("next", *k["observation"]): t(b.next_observation),
-            ("next", *k["achieved_goal"]): t(st.achieved_goal.take(nxt, axis=0)),
-            ("next", *k["desired_goal"]): goal, nk["reward"]: t(b.reward.reshape(B, 1)),
-            nk["done"]: t(flags[0]), nk["terminated"]: t(flags[1]), nk["truncated"]: t(flags[2]),
-            nk["done"][1:]: t(flags[3]), nk["terminated"][1:]: t(flags[3].copy()),
-            nk["truncated"][1:]: t(flags[3].copy()),
-            ("steps_to_next_obs",): t(m.reshape(B, 1)), ("gamma",): t(b.discount.reshape(B, 1)),
-            ("priority_weight",): t(b.weight), ("index",): t(idx), ("relabeled",): t(b.relabeled),
-        }
-        if self.device.type != "cpu":
-            flat = {key: v.to(self.device, non_blocking=True) for key, v in flat.items()}
-        td = _nested_td(_nested(flat), torch.Size([B]), self.device)
+        td = self.layout.sampled(self.her.sample(B), self.storage, self.device)
         if self.transform is not None:
             td = self.transform(td)
         if return_info:
@@ -541,8 +370,8 @@ class HerTorchRLReplayBuffer:
         """
         if self.her is None:
             raise ValueError("update_priority: nothing stored yet")
-        idx = _numpy(index).reshape(-1)
-        p = np.abs(_numpy(priority).astype(np.float64))
+        idx = to_numpy(index).reshape(-1)
+        p = np.abs(to_numpy(priority).astype(np.float64))
         if p.ndim == 0:
             p = np.full(idx.shape, float(p))
         elif p.ndim > 1:
@@ -596,15 +425,7 @@ class HerTorchRLReplayBuffer:
         Raises:
             OSError: ``path`` cannot be written (e.g. it is a file, a full disk).
         """
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        state = self.state_dict()
-        meta = {"format": _DUMP_FORMAT, "write_count": state["write_count"], "n_envs": state.get("n_envs"),
-                "shapes": state.get("shapes")}
-        # Any: numpy's stub would match the ** entries against savez_compressed's allow_pickle: bool
-        arrays: dict[str, Any] = _flatten(state["her"]) if "her" in state else {}
-        _write_atomic(path / "buffer.npz", lambda f: np.savez_compressed(f, **arrays))
-        _write_atomic(path / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
+        write_dump(Path(path), self.state_dict())
 
     def loads(self, path: str | os.PathLike) -> None:
         """Load what ``dumps`` wrote into ``path`` (TorchRL's ``ReplayBuffer.loads``), without unpickling.
@@ -614,26 +435,7 @@ class HerTorchRLReplayBuffer:
             ValueError: a damaged dump, one of an unknown format, or of a buffer of another capacity or layout
                 (one line naming the file).
         """
-        path = Path(path)
-        for name in ("meta.json", "buffer.npz"):
-            if not (path / name).is_file():
-                raise FileNotFoundError(f"loads({str(path)!r}): no {name} there; expected a directory written by "
-                                        "HerTorchRLReplayBuffer.dumps")
-        try:
-            meta = json.loads((path / "meta.json").read_text())
-            with np.load(path / "buffer.npz", allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-            raise ValueError(f"loads({str(path)!r}): the dump cannot be read ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:160]})") from None
-        if not isinstance(meta, dict) or meta.get("format") != _DUMP_FORMAT:
-            found = meta.get("format") if isinstance(meta, dict) else None
-            raise ValueError(f"loads({str(path)!r}): a dump of format {found!r}; this version reads format "
-                             f"{_DUMP_FORMAT}")
-        state: dict[str, Any] = {"write_count": meta["write_count"]}
-        if meta["shapes"] is not None:
-            state.update(her=_unflatten(arrays), n_envs=meta["n_envs"], shapes=meta["shapes"])
-        self.load_state_dict(state)
+        self.load_state_dict(read_dump(Path(path)))
 
     def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray | torch.Tensor) -> TensorDictBase:
         """The stored transitions at ``index`` (into the ``len(rb)`` transitions of the complete episodes, oldest
@@ -653,7 +455,7 @@ class HerTorchRLReplayBuffer:
         if isinstance(index, slice):
             pos = np.arange(n)[index]
         elif isinstance(index, torch.Tensor) or isinstance(index, (int, np.integer, np.ndarray, list, tuple)):
-            pos = _numpy(index).reshape(-1)
+            pos = to_numpy(index).reshape(-1)
             if pos.dtype.kind not in "iu":
                 raise TypeError(f"rb[index]: expected integers, a slice or an integer tensor, got {pos.dtype}")
             bad = pos[(pos < -n) | (pos >= n)]
@@ -663,35 +465,7 @@ class HerTorchRLReplayBuffer:
         else:
             raise TypeError(f"rb[index]: expected an int, a slice, integers or an integer tensor, got "
                             f"{type(index).__name__}")
-        st = self.storage
-        slots = (np.concatenate([(s + np.arange(T)) % st.n_slots for s, T in st.episodes()]) if n
-                 else np.zeros(0, np.int64))[pos]
-        nxt = (slots + 1) % st.n_slots
-        B = len(slots)
-        rec = st.gather(slots)
-        term = rec["terminated"].astype(np.bool_)
-        done = rec["step"] == rec["length"] - 1
-        t = torch.from_numpy
-        k, nk = self.keys, self.next_keys
-        goal = t(np.ascontiguousarray(rec["desired_goal"]))
-        falses = np.zeros((B, 1), np.bool_)
-        flat = {
-            k["observation"]: t(np.ascontiguousarray(rec["observation"])),
-            k["achieved_goal"]: t(st.achieved_goal.take(slots, axis=0)), k["desired_goal"]: goal,
-            k["action"]: t(np.ascontiguousarray(rec["action"])),
-            ("next", *k["observation"]): t(st.observation.take(nxt, axis=0)),
-            ("next", *k["achieved_goal"]): t(st.achieved_goal.take(nxt, axis=0)),
-            ("next", *k["desired_goal"]): goal.clone(), nk["reward"]: t(rec["reward"].reshape(B, 1).copy()),
-            nk["done"]: t(done.reshape(B, 1)), nk["terminated"]: t(term.reshape(B, 1)),
-            nk["truncated"]: t((done & ~term).reshape(B, 1)),
-            nk["done"][1:]: t(falses), nk["terminated"][1:]: t(falses.copy()), nk["truncated"][1:]: t(falses.copy()),
-            ("index",): t(slots.astype(np.int64)),
-        }
-        flat.update({key: t(np.ascontiguousarray(rec["info." + name])) for name, key in self.info_keys.items()
-                     if ("info." + name) in (rec.dtype.names or ())})
-        if self.device.type != "cpu":
-            flat = {key: v.to(self.device) for key, v in flat.items()}
-        td = _nested_td(_nested(flat), torch.Size([B]), self.device)
+        td = self.layout.stored(self.storage, self.storage.transition_slots()[pos], self.device)
         return td[0] if single else td
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -711,53 +485,3 @@ class HerTorchRLReplayBuffer:
         self._reset_staging()
         assert self.her is not None  # built with the storage
         self.her.load_state_dict(state["her"])
-
-
-_DUMP_FORMAT = 1
-
-
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
-    """A nested state as ``{"a/b": array}``; a numpy bit generator's state (128-bit integers) as JSON text."""
-    out: dict[str, np.ndarray] = {}
-    for k, v in d.items():
-        if isinstance(v, Mapping) and "bit_generator" in v:
-            out[f"{prefix}{k}:json"] = np.asarray(json.dumps(v))
-        elif isinstance(v, Mapping):
-            out.update(_flatten(v, f"{prefix}{k}/") if v else {f"{prefix}{k}/": np.zeros(0)})
-        else:
-            out[f"{prefix}{k}"] = np.asarray(v)
-    return out
-
-
-def _unflatten(flat: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in flat.items():
-        node = out
-        *parents, leaf = k.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        if leaf.endswith(":json"):
-            node[leaf[:-len(":json")]] = json.loads(str(v))
-        elif leaf:
-            node[leaf] = v.item() if v.ndim == 0 else v
-    return out
-
-
-def _write_atomic(path: Path, write: Callable[[Any], Any]) -> None:
-    check_replaceable(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _nested_td(source: dict[str, Any], batch_size: torch.Size, device: torch.device) -> TensorDict:
-    return _new_td({k: _nested_td(v, batch_size, device) if isinstance(v, dict) else v for k, v in source.items()},
-                   batch_size=batch_size, device=device)

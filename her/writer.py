@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ._util import refuse_complex
-from .storage import EpisodeStorage, _positive_int, check_is_storage  # one way: storage.py never imports this
+from ._util import positive_int, refuse_complex
+from .storage import EpisodeStorage, check_is_storage  # one way: storage.py never imports this
 
 __all__ = ["EpisodeWriter"]
 
@@ -97,7 +97,7 @@ class EpisodeWriter:
     def __init__(self, storage: EpisodeStorage, n_envs: int | None = None) -> None:
         check_is_storage(storage)
         self.storage = storage
-        self.n_envs = storage.n_envs if n_envs is None else _positive_int(n_envs, "n_envs")
+        self.n_envs = storage.n_envs if n_envs is None else positive_int(n_envs, "n_envs")
         self._stages = [_EnvStage(storage) for _ in range(self.n_envs)]
         self._restores = storage.n_restores
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from her_agents.config import load_config, resume_config
-from her_agents.distributed.data_parallel import flat_config
+from her_agents.distributed.launch import flat_config
 
 #: keys a run may set apart from its config: the seed, the length, and what it ran on (``train.torch_threads``:
 #: how many cores it used, not what it learns from)

@@ -6,7 +6,7 @@
 import sys
 from pathlib import Path
 
-from her_agents.plot import read_metrics
+from her_agents.curves import read_metrics
 
 runs = sorted(Path("results").glob(sys.argv[1] if len(sys.argv) > 1 else "push_default_s*"))
 cols = None

@@ -162,7 +162,7 @@ def test_wandb_rules_are_wandbs_own():
     """The forbidden characters are the ones W&B's own settings check refuses."""
     from wandb.sdk.wandb_settings import Settings
 
-    from her_agents.config import _WANDB_PROJECT_FORBIDDEN
+    from her_agents.config.sections import _WANDB_PROJECT_FORBIDDEN
 
     for ch in _WANDB_PROJECT_FORBIDDEN:
         with pytest.raises(Exception, match="Invalid project name"):

@@ -208,12 +208,16 @@ def test_prioritized_settings_are_checked_without_a_storage():
 # ---------------------------------------------------------------------------------------------------------
 
 
+#: modules that import an optional dependency (torch, tensordict, stable-baselines3) at the top
+OPTIONAL_MODULES = ("sb3", "torchrl", "torchrl_tensordict")
+
+
 def test_every_her_module_has_a_curated_all():
     import importlib
     import pkgutil
 
     for info in pkgutil.iter_modules(her.__path__):
-        if info.name in ("sb3", "torchrl"):  # optional dependencies; their __all__ is checked by their tests
+        if info.name in OPTIONAL_MODULES:  # optional dependencies; their __all__ is checked by their tests
             continue
         module = importlib.import_module(f"her.{info.name}")
         assert hasattr(module, "__all__"), info.name
@@ -254,3 +258,31 @@ def test_a_piece_with_its_shorthand_is_refused_even_at_the_default_value():
     with pytest.raises(ValueError, match="pass returns= or its shorthand gamma, not both"):
         her.HerReplayBuffer(storage, tag_reward, returns=her.make_returns(), gamma=0.98)
     assert "resolve_pieces" not in her.__all__ and not hasattr(her, "resolve_pieces")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Module shape: each module fits in 500 lines and imports on its own (no import cycle)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_her_modules_are_at_most_500_lines():
+    import pathlib
+
+    sizes = {p.name: len(p.read_text().splitlines()) for p in pathlib.Path(her.__file__).parent.glob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 500} == {}
+
+
+def test_each_her_module_imports_on_its_own():
+    """Imported first in a fresh interpreter, each module's relative imports must not come back to it."""
+    import importlib.util
+    import pkgutil
+    import subprocess
+    import sys
+
+    torch_ok = all(importlib.util.find_spec(m) is not None for m in ("torch", "tensordict"))
+    names = [i.name for i in pkgutil.iter_modules(her.__path__)
+             if i.name != "sb3" and (torch_ok or i.name not in OPTIONAL_MODULES)]
+    for name in names:
+        r = subprocess.run([sys.executable, "-c", f"import her.{name}"], capture_output=True, text=True,
+                           timeout=120, check=False)
+        assert r.returncode == 0, (name, r.stderr[-2000:])

@@ -24,7 +24,10 @@ from her_agents.run.logger import RunLogger
 from her_agents.run.run_control import RunDirInUse, RunDirLock, prepare_run_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wandb_reader import final_state, final_state_once_written, history_rows, read_until, run_files
+import wandb_spy
+from wandb_spy import ENV as SPY_ENV, events, finishes, history, summary
+
+SPY = str(Path(__file__).parent / "wandb_spy.py")  # her-train, with W&B's runs spied on (``$HER_WANDB_SPY``)
 
 TINY = ["train.warmup_steps=50", "train.learning_starts=50", "train.eval_episodes=1", "env.eval_envs=1",
         "agent.hidden=[16]", "train.batch_size=16", "replay.capacity=3000", "log.progress=false"]
@@ -38,8 +41,8 @@ def _env(**extra: str | None) -> dict:
 
 
 def _cli(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "her_agents.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, check=False)
+    return subprocess.run([sys.executable, SPY, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
 
 
 def _csv_steps(run_dir: Path) -> list[int]:
@@ -47,17 +50,16 @@ def _csv_steps(run_dir: Path) -> list[int]:
         return [int(r["env_steps"]) for r in csv.DictReader(f)]
 
 
-def _wandb_steps(run_dir: Path, run_id: str, expected: list[int] | None = None) -> list[int]:
-    """``env_steps`` of the evaluation rows W&B got, over every process that logged to the run, in order.
+def _wandb_steps(spy: Path, run_id: str) -> list[int]:
+    """``env_steps`` of the evaluation rows W&B run ``run_id`` holds, in the order sent, over every process that
+    logged to it. Each of those finished (W&B then has saved all it was sent)."""
+    assert finishes(spy, run_id) and all(returned for _, returned in finishes(spy, run_id)), finishes(spy, run_id)
+    return [int(r["env_steps"]) for r in history(spy, run_id)]
 
-    Given ``expected`` (a run finished in this process, whose W&B service may still be writing), read again
-    until the rows are ``expected`` or 60 s have passed."""
-    def read() -> list[int]:
-        files = run_files(run_dir / "wandb", run_id)
-        assert files, f"no W&B files of run {run_id} in {run_dir / 'wandb'}"
-        return [int(r["env_steps"]) for f in files for r in history_rows(f) if "eval/success_rate" in r]
 
-    return read() if expected is None else read_until(read, lambda steps: steps == expected)
+def _run_ids(spy: Path) -> list[str]:
+    """The W&B run id of each ``wandb.init``, in order."""
+    return [e["run"] for e in events(spy) if e["event"] == "init"]
 
 
 def _small_cfg(run_dir: Path, *extra: str, mode: str = "offline"):
@@ -70,11 +72,12 @@ def _small_cfg(run_dir: Path, *extra: str, mode: str = "offline"):
 
 @pytest.mark.parametrize("case", ["key_without_server", "online_without_key"])
 def test_wandb_online_init_that_cannot_connect_falls_back_to_offline(tmp_path, case):
-    run_dir = tmp_path / "run"
+    run_dir, spy = tmp_path / "run", tmp_path / "spy.jsonl"
     if case == "key_without_server":  # a key, and a server address nothing listens on
-        env = _env(WANDB_API_KEY=FAKE_KEY, WANDB_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path))
+        env = _env(WANDB_API_KEY=FAKE_KEY, WANDB_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path),
+                   **{SPY_ENV: str(spy)})
     else:
-        env = _env(HOME=str(tmp_path))  # no key, no netrc
+        env = _env(HOME=str(tmp_path), **{SPY_ENV: str(spy)})  # no key, no netrc
     proc = _cli(["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100", f"log.run_dir={run_dir}",
                  "log.wandb.mode=online", "log.wandb.init_timeout_s=3", *TINY], env)
     out = proc.stdout + proc.stderr
@@ -85,11 +88,12 @@ def test_wandb_online_init_that_cannot_connect_falls_back_to_offline(tmp_path, c
     assert "Traceback" not in out and "Weave" not in out and "wandb:" not in out, out[-3000:]
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["counters"]["env_steps"] == 200
-    files = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
-    assert len(files) == 1, files
-    assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
-    exit_code, summary = final_state(files[0])
-    assert exit_code == 0 and summary["run_status"] == "finished"
+    runs = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
+    assert len(runs) == 1, runs
+    assert [e["mode"] for e in events(spy) if e["event"] == "init"] == ["offline"]  # after the failed online init
+    assert _wandb_steps(spy, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
+    assert finishes(spy, state["wandb_id"]) == [(0, True)]
+    assert summary(spy, state["wandb_id"]) == {"run_status": "finished"}
     if case == "key_without_server":  # a resume falls back the same way: one line, its rows in W&B
         proc = _cli(["--resume", str(run_dir), "train.total_env_steps=300", "log.wandb.init_timeout_s=3"], env)
         out = proc.stdout + proc.stderr
@@ -97,14 +101,16 @@ def test_wandb_online_init_that_cannot_connect_falls_back_to_offline(tmp_path, c
         assert [ln for ln in out.splitlines() if ln.startswith("W&B:")] == [
             ln for ln in out.splitlines() if ln.startswith("W&B: cannot log online")] != [], out[-3000:]
         assert len(glob.glob(str(run_dir / "wandb" / "offline-run-*"))) == 2
-        assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200, 300]
+        assert _run_ids(spy) == [state["wandb_id"]] * 2
+        assert _wandb_steps(spy, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200, 300]
 
 
 def test_a_stale_inherited_wandb_service_token_does_not_hold_up_the_run(tmp_path):
     """A parent Python process that used W&B leaves ``WANDB_SERVICE`` (its service's socket) in the environment of
     its children; once that service is gone, her-train starts its own instead of retrying until the deadline."""
-    run_dir = tmp_path / "run"
-    env = _env(WANDB_MODE="offline", WANDB_SERVICE=f"3-{os.getpid()}-unix-{tmp_path / 'gone' / 'socket'}")
+    run_dir, spy = tmp_path / "run", tmp_path / "spy.jsonl"
+    env = _env(WANDB_MODE="offline", WANDB_SERVICE=f"3-{os.getpid()}-unix-{tmp_path / 'gone' / 'socket'}",
+               **{SPY_ENV: str(spy)})
     t0 = time.monotonic()
     proc = _cli(["fetch_reach_ddpg", "train.total_env_steps=200", "train.eval_every=100", f"log.run_dir={run_dir}",
                  "log.wandb.init_timeout_s=600", *TINY], env)
@@ -112,7 +118,7 @@ def test_a_stale_inherited_wandb_service_token_does_not_hold_up_the_run(tmp_path
     assert proc.returncode == 0, out[-3000:]
     assert "W&B:" not in out, out[-3000:]  # no fallback line: the run logged to W&B offline
     state = load_checkpoint(run_dir / "checkpoint.pt")
-    assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
+    assert _wandb_steps(spy, state["wandb_id"]) == _csv_steps(run_dir) == [100, 200]
     assert time.monotonic() - t0 < 300, "the run waited for the inherited service"
 
 
@@ -161,19 +167,17 @@ def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch
         return real(*args, **kwargs)
 
     monkeypatch.setattr(steps_mod, "learn_step", failing)
+    spy = wandb_spy.install(tmp_path / "spy.jsonl", monkeypatch)
     with pytest.raises(RuntimeError, match="simulated"):
         train(_small_cfg(tmp_path / "run"))
-    (f,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
-    exit_code, summary = final_state_once_written(f)
-    assert exit_code == 1
-    assert summary["run_status"] == "crashed"
-    assert summary["error"] == "RuntimeError: simulated failure in the update"
+    (run_id,) = _run_ids(spy)
+    assert finishes(spy, run_id) == [(1, True)]
+    assert summary(spy, run_id) == {"run_status": "crashed", "error": "RuntimeError: simulated failure in the update"}
 
 
 def _start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
     with open(log, "w") as f:
-        return subprocess.Popen([sys.executable, "-m", "her_agents.cli", *args], stdout=f, stderr=subprocess.STDOUT,
-                                env=env)
+        return subprocess.Popen([sys.executable, SPY, *args], stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
@@ -189,8 +193,8 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
     (signal.SIGTERM, 143, "terminated", ["train.overlap_env=true"]),  # the env steps in a worker as it updates
 ], ids=["SIGTERM", "SIGINT", "SIGTERM-overlapped"])
 def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_path, sig, code, status, loop):
-    run_dir = tmp_path / "run"
-    env = _env(WANDB_MODE="offline")
+    run_dir, spy = tmp_path / "run", tmp_path / "spy.jsonl"
+    env = _env(WANDB_MODE="offline", **{SPY_ENV: str(spy)})
     total = 20_000  # far more than runs before the signal: the run must stop on it
     proc = _start(["fetch_reach_ddpg", f"train.total_env_steps={total}", "train.eval_every=100",
                    f"log.run_dir={run_dir}", *TINY, *loop], tmp_path / "first.log", env)
@@ -212,10 +216,9 @@ def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_pa
     steps = state["counters"]["env_steps"]
     assert f"at {steps} env steps" in stop_lines[0]
     assert 100 <= steps < total
-    (first,) = run_files(run_dir / "wandb", state["wandb_id"])
-    exit_code, summary = final_state(first)
-    assert exit_code == code and summary["run_status"] == status
-    assert _wandb_steps(run_dir, state["wandb_id"]) == _csv_steps(run_dir) == list(range(100, steps + 1, 100))
+    assert finishes(spy, state["wandb_id"]) == [(code, True)]
+    assert summary(spy, state["wandb_id"]) == {"run_status": status}
+    assert _wandb_steps(spy, state["wandb_id"]) == _csv_steps(run_dir) == list(range(100, steps + 1, 100))
 
     end = (steps // 100 + 2) * 100
     proc2 = _cli(["--resume", str(run_dir), f"train.total_env_steps={end}"], env)
@@ -225,7 +228,9 @@ def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_pa
     assert end_state["config"]["train"]["overlap_env"] == bool(loop)  # the resume kept the loop it ran
     expected = list(range(100, end + 1, 100))
     assert _csv_steps(run_dir) == expected
-    assert _wandb_steps(run_dir, state["wandb_id"]) == expected  # each row once, in step order
+    # each row once, in step order: the stopped run finished its W&B run, so nothing is sent twice
+    assert _run_ids(spy) == [state["wandb_id"]] * 2
+    assert _wandb_steps(spy, state["wandb_id"]) == expected
 
 
 def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
@@ -242,18 +247,18 @@ def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
         return real(self)
 
     monkeypatch.setattr(RunLogger, "checkpointed", dies_after_second_checkpoint)
+    spy = wandb_spy.install(tmp_path / "spy.jsonl", monkeypatch)
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(_small_cfg(run_dir))
-    monkeypatch.undo()
-    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(RunLogger, "checkpointed", real)
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["counters"]["env_steps"] == 200
-    assert _wandb_steps(run_dir, state["wandb_id"], expected=[100]) == [100]
+    assert _wandb_steps(spy, state["wandb_id"]) == [100]
     assert _csv_steps(run_dir) == [100, 200]
 
     train(_small_cfg(run_dir), resume=str(run_dir))
     assert _csv_steps(run_dir) == [100, 200, 300]
-    assert _wandb_steps(run_dir, state["wandb_id"], expected=[100, 200, 300]) == [100, 200, 300]
+    assert _wandb_steps(spy, state["wandb_id"]) == [100, 200, 300]
 
 
 # ---------------------------------------------------------------------------------------------------- run dirs
@@ -660,13 +665,18 @@ def test_a_closed_output_pipe_is_one_line_not_a_run_directory_error(tmp_path):
 
 
 class _FakeWandbRun:
-    """What RunLogger uses of a W&B run: its id and ``log``."""
+    """What RunLogger uses of a W&B run: its id, ``log``, ``summary`` and ``finish`` (``timeout``: a finish that
+    gives up uploading, as wandb's ``finish_timeout_raises`` reports it)."""
 
-    def __init__(self, run_id: str) -> None:
-        self.id, self.logged = run_id, []
+    def __init__(self, run_id: str, timeout: bool = False) -> None:
+        self.id, self.logged, self.summary, self.timeout = run_id, [], {}, timeout
 
     def log(self, row: dict) -> None:
         self.logged.append(int(row["env_steps"]))
+
+    def finish(self, exit_code: int | None = None) -> None:
+        if self.timeout:
+            raise TimeoutError("Timed out finishing run.")
 
 
 def _row(step: int) -> dict:
@@ -674,39 +684,45 @@ def _row(step: int) -> dict:
             "eval/final_distance": 0.1, "eval/return": -10.0, "train/success_rate": 0.5, "env_steps_per_s": 10.0}
 
 
-def test_the_run_records_what_wandb_was_sent_and_a_resume_sends_the_rest(tmp_path, monkeypatch):
-    """The run keeps its own record of the rows W&B was sent (``wandb_sent.json``): a row goes once its checkpoint
-    is written. Where W&B's local logs cannot be read (here: the ImportError of a wandb without ``wandb.proto``),
-    a resume sends the kept rows after the last one recorded instead of failing."""
+def test_wandb_is_recorded_as_having_saved_a_row_only_once_its_finish_returned(tmp_path):
+    """``wandb_saved.json`` records the last row W&B has certainly saved: a row goes to W&B once its checkpoint is
+    written, but W&B buffers what it is handed, so only a ``finish`` that returns says it is saved. A resume sends
+    the kept rows after the recorded one: after a kill (no finish), every row of the killed process again."""
     import json
 
-    from her_agents.run import wandb_history
-    from her_agents.run.logger import SENT_FILE
+    from her_agents.run.logger import SAVED_FILE
 
-    def unreadable(*args, **kwargs):
-        raise ImportError("No module named 'wandb.proto'")
-
-    monkeypatch.setattr(wandb_history, "logged_env_steps", unreadable)
-
+    record = tmp_path / "run" / SAVED_FILE
     cfg = _small_cfg(tmp_path / "run", mode="disabled")
     logger = RunLogger(cfg, tmp_path / "run")
     logger.run = _FakeWandbRun("abc")
     logger.log(_row(100), step=100)
-    assert logger.run.logged == [] and not (tmp_path / "run" / SENT_FILE).exists()  # not before its checkpoint
+    assert logger.run.logged == []  # not before its checkpoint
     logger.checkpointed()
-    logger.log(_row(200), step=200)  # the run stops before this row's checkpoint: W&B was not sent it
-    assert logger.run.logged == [100]
-    assert json.loads((tmp_path / "run" / SENT_FILE).read_text()) == {"run_id": "abc", "env_steps": 100}
+    logger.log(_row(200), step=200)
+    logger.checkpointed()
+    assert logger.run.logged == [100, 200] and not record.exists()  # handed over, not known saved
+    # SIGKILL here: W&B may have lost both rows (wandb 0.31 writes its buffer every 15 s)
 
-    def resume(run_id: str) -> list[int]:
+    def resume(run_id: str, timeout: bool = False, new: tuple[int, ...] = ()) -> list[int]:
         again = RunLogger(cfg, tmp_path / "run", resume_step=200)
-        again.run = _FakeWandbRun(run_id)
-        again._relog_missing([{k: str(v) for k, v in _row(s).items()} for s in (100, 200)])
-        return again.run.logged
+        again.run = _FakeWandbRun(run_id, timeout)
+        again._send_unsaved([{k: str(v) for k, v in _row(s).items()} for s in (100, 200)])
+        for s in new:
+            again.log(_row(s), step=s)
+            again.checkpointed()
+        sent = again.run.logged
+        again.finish("terminated")
+        return sent
 
-    assert resume("abc") == [200]  # only the row W&B lacks
-    assert json.loads((tmp_path / "run" / SENT_FILE).read_text())["env_steps"] == 200
-    assert resume("abc") == []  # recorded: nothing twice
+    assert resume("abc") == [100, 200]  # no record: every row again (a kept one lands on itself, same values)
+    assert json.loads(record.read_text()) == {"run_id": "abc", "env_steps": 200}  # that finish returned
+    assert resume("abc") == []  # saved: nothing twice
     assert resume("other") == [100, 200]  # a record of another W&B run says nothing of this one
-    (tmp_path / "run" / SENT_FILE).unlink()
-    assert resume("abc") == []  # no record (a run of an earlier version): each row went with its checkpoint
+    assert json.loads(record.read_text()) == {"run_id": "other", "env_steps": 200}
+    record.write_text(json.dumps({"run_id": "abc", "env_steps": 100}))
+    assert resume("abc", timeout=True, new=(300,)) == [200, 300]  # a finish that gave up uploading ...
+    assert json.loads(record.read_text())["env_steps"] == 100  # ... saved nothing for sure: not recorded
+    record.unlink()
+    (tmp_path / "run" / "wandb_sent.json").write_text(json.dumps({"run_id": "abc", "env_steps": 200}))
+    assert resume("abc") == [100, 200]  # the record of earlier versions (rows handed over) is not trusted

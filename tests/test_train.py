@@ -21,15 +21,17 @@ from her_agents.run.checkpoint import load_checkpoint
 from her_envs import goal_env_spec, make_vector_env, split_autoreset
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wandb_reader import history_rows
+from wandb_spy import ENV as SPY_ENV, differences_from_csv, finishes, history
+
+SPY = str(Path(__file__).parent / "wandb_spy.py")  # her-train, with W&B's runs spied on (``$HER_WANDB_SPY``)
 
 REACH_BUDGET = 3000  # env steps; FetchReach reaches 0.9 after ~1000-2000 here
 
 
 def _cli(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "her_agents.cli", *args], capture_output=True, text=True, check=False,
-                          env=full_env, timeout=timeout)
+    return subprocess.run([sys.executable, SPY, *args], capture_output=True, text=True, check=False, env=full_env,
+                          timeout=timeout)
 
 
 def _csv(path: Path) -> list[dict]:
@@ -39,11 +41,12 @@ def _csv(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def reach_run(tmp_path_factory) -> Path:
-    """One FetchReach-v4 DDPG run through the CLI, W&B offline."""
+    """One FetchReach-v4 DDPG run through the CLI, W&B offline (what it sends to W&B in ``../wandb_spy.jsonl``)."""
     run_dir = tmp_path_factory.mktemp("reach") / "run"
     proc = _cli("fetch_reach_ddpg", f"train.total_env_steps={REACH_BUDGET}", "train.eval_every=1000",
                 "train.eval_episodes=20", f"log.run_dir={run_dir}", "log.progress=false",
-                "log.wandb.init_timeout_s=600")  # a loaded CI runner may take minutes to start W&B's service
+                "log.wandb.init_timeout_s=600",  # a loaded CI runner may take minutes to start W&B's service
+                env={SPY_ENV: str(run_dir.parent / "wandb_spy.jsonl")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir.parent / "cli_output.txt").write_text(proc.stdout + proc.stderr)  # for the failure messages below
     return run_dir
@@ -74,14 +77,15 @@ def test_metrics_csv_has_every_logged_column(reach_run):
     assert rows[-1]["train/critic_loss"] != ""
 
 
-def test_wandb_offline_run_holds_eval_success_rate(reach_run):
-    files = glob.glob(str(reach_run / "wandb" / "offline-run-*" / "run-*.wandb"))
+def test_wandb_offline_run_holds_every_row_once(reach_run):
+    runs = glob.glob(str(reach_run / "wandb" / "offline-run-*"))
     out = (reach_run.parent / "cli_output.txt").read_text()
-    assert len(files) == 1, (files, [line for line in out.splitlines() if "W&B" in line])
-    logged = [r for r in history_rows(files[0]) if "eval/success_rate" in r]
+    assert len(runs) == 1, (runs, [line for line in out.splitlines() if "W&B" in line])
+    spy, run_id = reach_run.parent / "wandb_spy.jsonl", load_checkpoint(reach_run / "checkpoint.pt")["wandb_id"]
+    assert finishes(spy, run_id) == [(0, True)]
     csv_rows = _csv(reach_run / "metrics.csv")
-    assert [r["env_steps"] for r in logged] == [int(r["env_steps"]) for r in csv_rows]
-    assert [pytest.approx(r["eval/success_rate"]) for r in logged] == [float(r["eval/success_rate"]) for r in csv_rows]
+    assert [r["env_steps"] for r in history(spy, run_id)] == [int(r["env_steps"]) for r in csv_rows]
+    assert differences_from_csv(spy, run_id, csv_rows) == []  # eval/success_rate and every other column
 
 
 def test_her_eval_reports_checkpoint_success(reach_run):
@@ -264,11 +268,11 @@ def test_the_run_sizes_torch_and_the_compile_workers_from_train_torch_threads(mo
     int limits both (runs side by side)."""
     import torch._inductor.config as inductor_config
 
-    import her_agents.config
+    import her_agents.config.sections
     from her_agents.loop.train import use_threads
 
     monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
-    monkeypatch.setattr(her_agents.config, "usable_cores", lambda: 3)
+    monkeypatch.setattr(her_agents.config.sections, "usable_cores", lambda: 3)
     before = torch.get_num_threads()
     try:
         assert use_threads(load_config(None, ["agent.compile=true"])) == 3

@@ -62,7 +62,7 @@ class AgentConfig:
     """Length (>= 1, env steps) of each colored noise sequence when ``noise_beta > 0``, meant to be the episode
     length: left out of a config, the training loop sets the env's (Fetch: 50), and starts an env's new sequence
     at the end of each of its episodes
-    ([`GoalConditionedAgentBase.reset_noise`][her_agents.algos.base.GoalConditionedAgentBase.reset_noise])."""
+    ([`Agent.reset_noise`][her_agents.algos.Agent.reset_noise])."""
     norm_eps: float = 1e-2
     """Std floor (> 0) of the observation/goal normalizers."""
     norm_clip_obs: float = 200.0

@@ -57,7 +57,7 @@ from ..config import Config
 from ..loop import LoopHooks, TrainResult, build_agent, choose_action, collect_step, normalize_from_episode
 from ..loop.train import Run, seed_everything, train, use_threads
 from ..run.run_control import GracefulStop, LaunchError, TrainingStopped
-from .data_parallel import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
+from .launch import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
 
 __all__ = ["LearnerHooks", "train_actor_learner"]

@@ -1,6 +1,7 @@
-"""What a run owns: its directory and lock, and the signals that stop it (``run_control``), the atomic
-checkpoint and replay files (``checkpoint``), the log (stdout, ``metrics.csv``, W&B: ``logger``, with its record of what
-W&B was sent and the W&B history reader ``wandb_history``) and videos (``video``)."""
+"""What a run owns: its directory and lock, and the signals that stop it (``run_control``), the checkpoint and
+replay files (``checkpoint``, written through ``atomic``, the replay's in ``replay_files``), the log (stdout,
+``metrics.csv``, W&B: ``logger``, with the run's own record of what W&B has saved, so that a resume sends what W&B
+may lack without reading W&B's files) and videos (``video``)."""
 
 from .checkpoint import load_checkpoint, save_checkpoint, save_run_state, write_atomic
 from .logger import NullLogger, RunLogger

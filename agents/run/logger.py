@@ -6,12 +6,18 @@ online init that fails (bad key, no network, no answer within ``log.wandb.init_t
 offline with one warning line, and the final upload waits at most ``log.wandb.finish_timeout_s``.
 ``WANDB_MODE`` in the environment wins over the config.
 
-What W&B was sent is also the run's own record: ``<run_dir>/wandb_sent.json`` holds the W&B run id and the
-``env_steps`` of the last evaluation row handed to it (rows go in step order), rewritten atomically after each
-send. A resumed run logs the rows its W&B run lacks: those missing from W&B's local logs where they can be read
-(``her_agents.run.wandb_history``: W&B holds logged rows in memory for a while, so after a kill only its
-files say what it kept), else (a wandb without ``wandb.proto``, a format it cannot parse) those after the last
-row the record says was sent.
+What W&B holds is known from the run's own files only, never from W&B's private local formats: ``metrics.csv``
+has every row, and ``<run_dir>/wandb_saved.json`` (``SAVED_FILE``) the W&B run id and the ``env_steps`` of the
+last row W&B has certainly saved. ``run.log`` only hands a row over; W&B's service buffers it (wandb 0.31 writes
+its local file every 15 s or by the 32 KiB block, and uploads in batches), so a process killed without
+``run.finish()`` (SIGKILL, the out-of-memory killer, a lost machine) can lose any row it handed over, and no
+public W&B call says which. A ``run.finish()`` that returns does: every row handed over is then saved (offline on
+disk for ``wandb sync``, online uploaded), and the record is written, atomically. A resumed run sends the
+``metrics.csv`` rows after the recorded one again, so no row is lost. A row W&B had kept anyway is then there
+twice, harmlessly: a row goes to W&B only once its checkpoint is written, so a resume never redoes it and the row
+sent again is the same (same ``env_steps``, same values), and every metric is plotted against ``env_steps``
+(``define_metric("*", step_metric="env_steps")``), so it is the same point again. A run that ends through
+``finish`` (done, SIGINT, SIGTERM, an exception) sends nothing twice.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ from tqdm import tqdm
 
 from ..config import Config, config_dict
 
-__all__ = ["EXIT_CODES", "SENT_FILE", "NullLogger", "RunLogger", "check_wandb_env", "last_sent_step", "wandb_mode"]
+__all__ = ["EXIT_CODES", "SAVED_FILE", "NullLogger", "RunLogger", "check_wandb_env", "saved_step", "wandb_mode"]
 
-#: the run's record of what W&B was sent: ``{"run_id": ..., "env_steps": <last row sent>}``
-SENT_FILE = "wandb_sent.json"
+#: the run's record of what W&B has saved: ``{"run_id": ..., "env_steps": <the last row saved>}``, written when
+#: ``run.finish()`` returns (the file ``wandb_sent.json`` of earlier versions recorded rows handed over: ignored)
+SAVED_FILE = "wandb_saved.json"
 
 
 def _has_api_key() -> bool:
@@ -126,10 +133,11 @@ class RunLogger:
     """Writes each evaluation row to stdout, ``metrics.csv`` and W&B (``eval/success_rate`` etc.).
 
     W&B gets a row only once it is safe: after the checkpoint that covers it
-    ([`checkpointed`][her_agents.run.logger.RunLogger.checkpointed]), so a run
-    resumed from that checkpoint never redoes an evaluation W&B already holds. A resumed run first logs the
-    ``metrics.csv`` rows its W&B run lacks (read from its local logs, else from the run's record ``SENT_FILE``),
-    so after any stop and ``--resume`` W&B holds every row once, in step order.
+    ([`checkpointed`][her_agents.run.logger.RunLogger.checkpointed]), so a run resumed from that checkpoint never
+    redoes an evaluation W&B was sent. A resumed run first sends the ``metrics.csv`` rows after the last one its W&B
+    run has certainly saved (``SAVED_FILE``, written when ``run.finish()`` returns), so after any stop and
+    ``--resume`` W&B holds every row at least once, and twice only the same row at the same ``env_steps`` (after a
+    kill that left no time to finish; see the module's docstring).
     """
 
     def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,
@@ -147,6 +155,7 @@ class RunLogger:
         self._pending: list[dict[str, Any]] = []  # rows not yet covered by a checkpoint
         self._defer = cfg.log.checkpoint
         self._covered_size: int | None = None  # bytes of metrics.csv up to the last covered row (None: no row)
+        self._last_sent: int | None = None  # env_steps of the last row this process handed to W&B
         self.mode = wandb_mode(cfg.log.wandb.mode)  # before any file is touched: it may refuse WANDB_MODE
         kept: list[dict[str, Any]] = []
         if resume_step is not None and self.csv_path.exists():
@@ -167,7 +176,7 @@ class RunLogger:
             self.run.define_metric("env_steps")
             self.run.define_metric("*", step_metric="env_steps")
             if resume_id and kept:
-                self._relog_missing(kept)
+                self._send_unsaved(kept)
 
     def _init_wandb(self, resume_id: str | None) -> Any:
         """``wandb.init`` in ``self.mode``; an online init that fails (no API key, no network, a server that does
@@ -187,8 +196,9 @@ class RunLogger:
         inherited = _InheritedService()
 
         def init(mode: str, timeout: float) -> Any:
-            settings = wandb.Settings(init_timeout=timeout, finish_timeout=float(w.finish_timeout_s), silent=True,
-                                      console="off")
+            # finish_timeout_raises: a finish that gave up uploading must not be recorded as saved
+            settings = wandb.Settings(init_timeout=timeout, finish_timeout=float(w.finish_timeout_s),
+                                      finish_timeout_raises=True, silent=True, console="off")
             # `mode`: a mode W&B takes (check_wandb_env, wandb_mode)
             return wandb.init(mode=cast(Any, mode), settings=settings, **kwargs)
 
@@ -240,33 +250,29 @@ class RunLogger:
                     return None
                 time.sleep(1.0)
 
-    def _relog_missing(self, rows: list[dict[str, Any]]) -> None:
-        """Log the kept ``metrics.csv`` rows this W&B run lacks (a stop between a checkpoint and its W&B row, or a
-        kill before W&B wrote what it was sent), in step order, before any new row."""
-        try:
-            from .wandb_history import logged_env_steps
+    def _send_unsaved(self, rows: list[dict[str, Any]]) -> None:
+        """Send the kept ``metrics.csv`` rows after the last one this W&B run has certainly saved (all of them
+        without a record of this run), in step order, before any new row: those a stop before their checkpoint
+        kept from W&B, and those a kill may have lost from W&B's buffers."""
+        saved = saved_step(self.run_dir, self.run.id)
+        for r in rows:
+            if saved is None or int(float(r["env_steps"])) > saved:
+                self._send(_typed_row(r))
 
-            have = logged_env_steps(self.run_dir / "wandb", self.run.id)
-            missing = [r for r in rows if int(float(r["env_steps"])) not in have]
-        except Exception as exc:  # W&B's private log format unreadable (ImportError of wandb.proto, a new format)
-            last = last_sent_step(self.run_dir, self.run.id)
-            missing = [r for r in rows if int(float(r["env_steps"])) > last]
-            tqdm.write(f"W&B: cannot read its local logs ({_first_line(exc)}); logging the rows after the last one "
-                       f"{self.run_dir / SENT_FILE} records as sent")
-        for r in missing:
-            self.run.log(_typed_row(r))
-        if missing:
-            self._record_sent(int(float(missing[-1]["env_steps"])))
+    def _send(self, row: dict[str, Any]) -> None:
+        """Hand one row to W&B."""
+        self.run.log(row)
+        self._last_sent = int(row["env_steps"])
 
-    def _record_sent(self, env_steps: int) -> None:
-        """Record (atomically) that W&B holds the rows up to ``env_steps``."""
+    def _record_saved(self, env_steps: int) -> None:
+        """Record (atomically) that W&B has saved the rows up to ``env_steps``."""
         from .checkpoint import write_atomic
 
-        text = json.dumps({"run_id": self.run.id, "env_steps": int(env_steps)}).encode()
+        text = json.dumps({"run_id": self.run_id, "env_steps": int(env_steps)}).encode()
         try:
-            write_atomic(self.run_dir / SENT_FILE, lambda f: f.write(text))
-        except OSError as exc:  # W&B's bookkeeping never stops training; a resume may then send these rows again
-            tqdm.write(f"W&B: cannot record the rows sent in {self.run_dir / SENT_FILE} ({exc.strerror or exc})")
+            write_atomic(self.run_dir / SAVED_FILE, lambda f: f.write(text))
+        except OSError as exc:  # W&B's bookkeeping never stops a run; a resume then sends these rows again
+            tqdm.write(f"W&B: cannot record the rows saved in {self.run_dir / SAVED_FILE} ({exc.strerror or exc})")
 
     def _truncate_csv(self, resume_step: int) -> list[dict[str, Any]]:
         """Drop the rows after ``resume_step`` (and a row cut short by a kill); return the rows kept. A byte-order
@@ -365,10 +371,9 @@ class RunLogger:
         """The checkpoint covering every row logged so far is on disk: send those rows to W&B."""
         if self._pending and self.csv_path.exists():
             self._covered_size = self.csv_path.stat().st_size
-        if self.run is not None and self._pending:
+        if self.run is not None:
             for row in self._pending:
-                self.run.log(row)
-            self._record_sent(int(self._pending[-1]["env_steps"]))
+                self._send(row)
         self._pending.clear()
 
     def log_video(self, agent: Any, env_id: str, step: int) -> None:
@@ -423,13 +428,21 @@ class RunLogger:
             self.checkpointed()
         if self.run is None:
             return
-        run, self.run = self.run, None
+        run = self.run
         try:
             run.summary["run_status"] = status
             if error is not None:
                 run.summary["error"] = f"{type(error).__name__}: {error}"
         finally:
-            run.finish(exit_code=EXIT_CODES[status])
+            try:
+                run.finish(exit_code=EXIT_CODES[status])
+            except TimeoutError:  # not all uploaded within log.wandb.finish_timeout_s (the rest is on disk)
+                pass
+            else:
+                if self._last_sent is not None:
+                    self._record_saved(self._last_sent)
+            finally:
+                self.run = None
 
 
 class NullLogger:
@@ -456,15 +469,14 @@ class NullLogger:
         pass
 
 
-def last_sent_step(run_dir: Path, run_id: str) -> float:
-    """The ``env_steps`` of the last row W&B run ``run_id`` was sent, from ``run_dir``'s ``SENT_FILE``: -1
-    when the record is of another W&B run (a fresh run into the directory sent nothing yet); ``inf`` (all sent)
-    without a readable record: a run of a version without it sent each row with its checkpoint."""
+def saved_step(run_dir: Path, run_id: str) -> int | None:
+    """The ``env_steps`` of the last row W&B run ``run_id`` has certainly saved, from ``run_dir``'s
+    ``SAVED_FILE``; None when no record of that run is readable (nothing known saved: a resume sends every row)."""
     try:
-        record = json.loads((Path(run_dir) / SENT_FILE).read_text())
-        return float(record["env_steps"]) if record["run_id"] == run_id else -1.0
+        record = json.loads((Path(run_dir) / SAVED_FILE).read_text())
+        return int(record["env_steps"]) if record["run_id"] == run_id else None
     except (OSError, ValueError, KeyError, TypeError):
-        return math.inf
+        return None
 
 
 def _remove_old_wandb_runs(wandb_dir: Path) -> None:
