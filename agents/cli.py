@@ -335,6 +335,7 @@ def eval_main(argv: list[str] | None = None) -> int:
 
     from .run.checkpoint import load_checkpoint
     from .algos.registry import agent_from_checkpoint
+    from .config import torch_thread_count
     from .loop.train import evaluate
     from her_envs import make_vector_env
 
@@ -345,7 +346,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         parser.error(f"{args.checkpoint} is not a readable her-robotics checkpoint ({type(exc).__name__}: {exc})")
     cfg = state["config"]
-    torch.set_num_threads(max(1, int(cfg["train"].get("torch_threads", 1))))
+    torch.set_num_threads(torch_thread_count(cfg["train"].get("torch_threads")))
     try:
         agent = agent_from_checkpoint(state, device=args.device)
         env = make_vector_env(cfg["env"]["id"], min(args.episodes, 10), "sync", seed=args.seed)

@@ -156,6 +156,9 @@ def describe_type(hint: Any) -> str:
         rest = [a for a in args if a is not type(None)]
         inner = rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]  # noqa: UP007
         return f"{describe_type(inner)} or null"
+    if origin in (typing.Union, types.UnionType):  # e.g. int | Literal["auto"] -> "an integer or 'auto'"
+        return " or ".join(", ".join(map(repr, typing.get_args(a))) if typing.get_origin(a) is Literal
+                           else describe_type(a) for a in args)
     if origin in (list, tuple):
         inner = [a for a in args if a is not Ellipsis]
         of = describe_type(inner[0]) if inner else "values"

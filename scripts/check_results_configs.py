@@ -1,7 +1,8 @@
 """Check that committed runs were trained with a config and print their eval success at a step.
 
 Each ``results/<run>/config.yaml``, read as a resume reads it (keys added since take their defaults), equals ``her-train CONFIG train.seed=S --print-config`` except the seed,
-``train.total_env_steps`` and the ``log.*`` keys (run directory, W&B mode, progress bar: not what is learned); prints
+``train.total_env_steps``, the resources (``train.torch_threads``) and the ``log.*`` keys (run directory, W&B
+mode, progress bar: not what is learned); prints
 each seed's eval success at ``--at`` env steps (from its ``metrics.csv``) and their mean.
 
     python scripts/check_results_configs.py fetch_pick_and_place_ddpg 'results/pnp_ddpg_grs_s*' --at 350000
@@ -23,7 +24,9 @@ import yaml
 from her_agents.config import load_config, resume_config
 from her_agents.distributed.launch import flat_config
 
-IGNORED = {"train.seed", "train.total_env_steps"}
+#: keys a run may set apart from its config: the seed, the length, and what it ran on (``train.torch_threads``:
+#: how many cores it used, not what it learns from)
+IGNORED = {"train.seed", "train.total_env_steps", "train.torch_threads"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import her_agents.distributed.data_parallel as dist_mod
-import her_agents.loop.train as train_mod
+import her_agents.loop.steps as steps_mod
 from her_agents.cli import train_main
 
 
 def _fail_after_checkpoint(env_steps: int) -> None:
-    real = train_mod.save_training_state
+    real = steps_mod.save_training_state
 
     def save(run_dir, cfg, state, *args, **kwargs):
         real(run_dir, cfg, state, *args, **kwargs)
@@ -29,7 +29,7 @@ def _fail_after_checkpoint(env_steps: int) -> None:
             print(f"simulated kill after the checkpoint at {env_steps} env steps", file=sys.stderr, flush=True)
             os._exit(17)
 
-    train_mod.save_training_state = save
+    steps_mod.save_training_state = save
 
 
 def _slow_main_finish(seconds: float) -> None:

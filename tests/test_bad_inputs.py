@@ -150,12 +150,12 @@ def test_cuda_device_without_cuda_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_replay_too_large_for_memory_is_one_line(tmp_path, capsys, monkeypatch):
-    import her_agents.loop.train
+    import her_agents.loop.start
 
     def no_memory(*args, **kwargs):  # what numpy raises for replay.capacity=1000000000000
         raise MemoryError("Unable to allocate 89.1 TiB for an array with shape (1000000000000, 25)")
 
-    monkeypatch.setattr(her_agents.loop.train, "build_replay", no_memory)
+    monkeypatch.setattr(her_agents.loop.start, "build_replay", no_memory)
     code, err = _run(capsys, ["fetch_reach_ddpg", f"log.run_dir={tmp_path / 'run'}", *TINY])
     assert code == 2
     line = _one_error_line(err)
@@ -182,12 +182,12 @@ def test_networks_too_large_for_memory_are_one_line_naming_agent_hidden(tmp_path
 ])
 def test_out_of_memory_in_the_updates_is_one_line_naming_batch_size_and_hidden(tmp_path, capsys, monkeypatch, exc,
                                                                                 asked):
-    import her_agents.loop.train
+    import her_agents.loop.steps
 
     def no_memory(*args, **kwargs):  # a batch too large for the device, at the first update
         raise exc
 
-    monkeypatch.setattr(her_agents.loop.train, "learn_step", no_memory)
+    monkeypatch.setattr(her_agents.loop.steps, "learn_step", no_memory)
     code, err = _run(capsys, ["fetch_reach_ddpg", "train.total_env_steps=200", f"log.run_dir={tmp_path / 'run'}",
                               *TINY])
     assert code == 2

@@ -5,6 +5,7 @@ No env is built and nothing is trained here."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import typing
 
@@ -22,8 +23,10 @@ from her_agents.config import (
     TrainConfig,
     agent_config,
     config_dict,
+    config_yaml,
     load_config,
     resume_config,
+    torch_thread_count,
 )
 from her_agents.algos.ddpg import DDPGConfig
 from her_agents.algos.registry import AGENTS, make_agent
@@ -125,6 +128,8 @@ def test_algo_override_retypes_the_agent_section():
     ("replay.capacity=0", "replay.capacity must be >= 1, got 0"),
     ("log.wandb.init_timeout_s=0", "log.wandb.init_timeout_s must be > 0, got 0.0"),
     ("dist.weight_sync_every=0", "dist.weight_sync_every must be >= 1, got 0"),
+    ("train.torch_threads=0", "train.torch_threads must be auto or an integer >= 1, got 0"),
+    ("train.torch_threads=fast", "train.torch_threads must be an integer or 'auto', got 'fast' (str)"),
 ])
 def test_bad_value_is_refused_naming_the_key(override, expect):
     with pytest.raises(ValueError) as info:
@@ -170,6 +175,23 @@ def test_sac_options_are_checked_by_sacs_dataclass():
         load_config("fetch_reach_ddpg", ["algo=sac", "agent.alpha=0"])
     with pytest.raises(ValueError, match=r"agent.log_std_min must be <= log_std_max, got 3.0"):
         load_config("fetch_reach_ddpg", ["algo=sac", "agent.log_std_min=3"])
+
+
+def test_torch_threads_auto_is_every_core_the_process_may_use_and_an_int_limits_it(monkeypatch):
+    cfg = load_config(None)
+    assert cfg.train.torch_threads == "auto" and "\n  torch_threads: auto\n" in config_yaml(cfg)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert torch_thread_count(cfg.train.torch_threads) == cores
+    assert torch_thread_count(load_config(None, ["train.torch_threads=1"]).train.torch_threads) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5, 7}, raising=False)  # e.g. under taskset
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert torch_thread_count("auto") == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks on this node share the cores
+    assert torch_thread_count("auto") == 2 and torch_thread_count(3) == 3
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows
+    assert torch_thread_count("auto") == 16
+    assert torch_thread_count(None) == 1  # a checkpoint's config from before the key
 
 
 def test_print_config_shows_the_full_agent_section(capsys):

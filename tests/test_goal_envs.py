@@ -230,7 +230,7 @@ def _cfg(env_id, tmp_path, *overrides):
 @pytest.fixture
 def captured(monkeypatch):
     """Run ``her_agents.loop.train.train`` and keep the replay and agent it built."""
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.start as start_mod
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     out = {}
@@ -240,10 +240,10 @@ def captured(monkeypatch):
             out[name] = fn(*args, **kwargs)
             return out[name]
 
-        monkeypatch.setattr(train_mod, name, wrapper)
+        monkeypatch.setattr(start_mod, name, wrapper)
 
-    keep("build_replay", train_mod.build_replay)
-    keep("make_agent", train_mod.make_agent)
+    keep("build_replay", start_mod.build_replay)
+    keep("make_agent", start_mod.make_agent)
     return out
 
 

@@ -237,29 +237,32 @@ def test_resume_finishes_a_save_killed_between_checkpoint_and_replay(tmp_path):
         load_replay_arrays(tmp_path, 300)
 
 
-def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("loop", [[], ["train.overlap_env=true", "train.updates_per_step=1"]],
+                         ids=["serial", "overlapped"])
+def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypatch, loop):
     """400 env steps (2 envs, prioritized replay saved with each checkpoint) uninterrupted, against the same run
     killed right after its checkpoint at 200 env steps and resumed: the final checkpoints (parameters,
     optimizers, normalizers, counters, RNGs of the loop, torch, the agent, the replay and every train and eval
     env, the pending updates), the replay files (storage, priorities, beta schedule) and the metrics rows are
-    bit-identical, clocks aside."""
-    import her_agents.loop.train as train_mod
+    bit-identical, clocks aside. The same for the loop that steps the envs in workers while it updates
+    (``train.overlap_env``; one update per env step, so that updates fall on the steps that end episodes)."""
+    import her_agents.loop.steps as steps_mod
 
     def cfg(run_dir: Path):
         return load_config("fetch_reach_ddpg", [
             "train.total_env_steps=400", "train.eval_every=100", "env.n_envs=2", "replay.prioritized=true",
-            "log.save_replay=true", "log.wandb.mode=disabled", f"log.run_dir={run_dir}", *FAST])
+            "log.save_replay=true", "log.wandb.mode=disabled", f"log.run_dir={run_dir}", *FAST, *loop])
 
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     train(cfg(full))
-    real = train_mod.save_training_state
+    real = steps_mod.save_training_state
 
     def killed_at_200(run_dir, config, state, *args, **kwargs):
         real(run_dir, config, state, *args, **kwargs)
         if state.counters["env_steps"] == 200:
             raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
 
-    monkeypatch.setattr(train_mod, "save_training_state", killed_at_200)
+    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200)
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(cfg(resumed))
     monkeypatch.undo()

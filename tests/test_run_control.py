@@ -155,10 +155,10 @@ def test_wandb_fallback_takes_at_most_the_init_timeout(tmp_path, monkeypatch):
 
 def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.steps as steps_mod
 
     calls = []
-    real = train_mod.learn_step
+    real = steps_mod.learn_step
 
     def failing(*args, **kwargs):
         calls.append(1)
@@ -166,7 +166,7 @@ def test_crashed_run_is_recorded_as_crashed_with_its_error(tmp_path, monkeypatch
             raise RuntimeError("simulated failure in the update")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "learn_step", failing)
+    monkeypatch.setattr(steps_mod, "learn_step", failing)
     spy = wandb_spy.install(tmp_path / "spy.jsonl", monkeypatch)
     with pytest.raises(RuntimeError, match="simulated"):
         train(_small_cfg(tmp_path / "run"))
@@ -188,14 +188,16 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig, code, status", [(signal.SIGTERM, 143, "terminated"),
-                                               (signal.SIGINT, 130, "interrupted")])
-def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_path, sig, code, status):
+@pytest.mark.parametrize("sig, code, status, loop", [
+    (signal.SIGTERM, 143, "terminated", []), (signal.SIGINT, 130, "interrupted", []),
+    (signal.SIGTERM, 143, "terminated", ["train.overlap_env=true"]),  # the env steps in a worker as it updates
+], ids=["SIGTERM", "SIGINT", "SIGTERM-overlapped"])
+def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_path, sig, code, status, loop):
     run_dir, spy = tmp_path / "run", tmp_path / "spy.jsonl"
     env = _env(WANDB_MODE="offline", **{SPY_ENV: str(spy)})
     total = 20_000  # far more than runs before the signal: the run must stop on it
     proc = _start(["fetch_reach_ddpg", f"train.total_env_steps={total}", "train.eval_every=100",
-                   f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
+                   f"log.run_dir={run_dir}", *TINY, *loop], tmp_path / "first.log", env)
     try:
         _wait_for(run_dir / "checkpoint.pt", proc)
         time.sleep(0.3)  # mid-way between two evaluations
@@ -221,7 +223,9 @@ def test_signal_checkpoints_finishes_wandb_and_resume_logs_every_row_once(tmp_pa
     end = (steps // 100 + 2) * 100
     proc2 = _cli(["--resume", str(run_dir), f"train.total_env_steps={end}"], env)
     assert proc2.returncode == 0, proc2.stderr[-3000:]
-    assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] == end
+    end_state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert end_state["counters"]["env_steps"] == end
+    assert end_state["config"]["train"]["overlap_env"] == bool(loop)  # the resume kept the loop it ran
     expected = list(range(100, end + 1, 100))
     assert _csv_steps(run_dir) == expected
     # each row once, in step order: the stopped run finished its W&B run, so nothing is sent twice
@@ -323,12 +327,12 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
         train(_small_cfg(run_dir, mode="disabled"))
     assert {p: (run_dir / p).read_bytes() for p in before} == before
 
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.start as start_mod
 
     def no_env(*args, **kwargs):
         raise RuntimeError("simulated failure at start")
 
-    monkeypatch.setattr(train_mod, "make_vector_env", no_env)
+    monkeypatch.setattr(start_mod, "make_vector_env", no_env)
     with pytest.raises(RuntimeError, match="simulated failure at start"):
         train(_small_cfg(run_dir, mode="disabled"), overwrite=True)
     assert {p: (run_dir / p).read_bytes() for p in before} == before  # the old run is intact
@@ -347,14 +351,15 @@ def test_fresh_run_into_a_run_dir_is_refused_and_overwrite_deletes_nothing_befor
 def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_path, monkeypatch):
     """Without ``log.save_replay`` the storage restarts empty, but the importance-sampling exponent keeps
     annealing from where the run stopped, not from beta0."""
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.state as state_mod
+    import her_agents.loop.steps as steps_mod
 
     extra = ("replay.prioritized=true", "log.save_replay=false")
     full = tmp_path / "full"
     train(_small_cfg(full, *extra, mode="disabled"))
     full_state = load_checkpoint(full / "checkpoint.pt")
 
-    real, calls = train_mod.save_training_state, []
+    real, calls = steps_mod.save_training_state, []
 
     def dies_after_second(*args, **kwargs):
         real(*args, **kwargs)
@@ -362,7 +367,7 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
         if len(calls) == 2:
             raise RuntimeError("simulated kill after the checkpoint at 200")
 
-    monkeypatch.setattr(train_mod, "save_training_state", dies_after_second)
+    monkeypatch.setattr(steps_mod, "save_training_state", dies_after_second)
     run_dir = tmp_path / "resumed"
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(_small_cfg(run_dir, *extra, mode="disabled"))
@@ -372,8 +377,8 @@ def test_resume_without_replay_file_continues_the_prioritized_beta_schedule(tmp_
     assert mid["replay_schedule"]["n_samples"] == mid["counters"]["updates"] > 0
 
     seen = []
-    real_load = train_mod.load_replay_schedule
-    monkeypatch.setattr(train_mod, "load_replay_schedule",
+    real_load = state_mod.load_replay_schedule
+    monkeypatch.setattr(state_mod, "load_replay_schedule",
                         lambda replay, sched: (real_load(replay, sched), seen.append(replay.sampler.beta)))
     train(_small_cfg(run_dir, *extra, mode="disabled"), resume=str(run_dir))
     total_updates = int(300 * 0.4)
@@ -451,14 +456,14 @@ def test_a_signal_is_acknowledged_at_once_with_what_the_stop_waits_for(capfd):
 
 
 def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_path, capfd, monkeypatch):
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.steps as steps_mod
 
     def compiling(*args, **kwargs):  # the user presses Ctrl-C while the loss functions compile
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
         assert "compile (1-2 min on an idle core) is done" in capfd.readouterr().err  # before the compile ends
 
-    monkeypatch.setattr(train_mod, "first_learn_step", compiling)
+    monkeypatch.setattr(steps_mod, "first_learn_step", compiling)
     with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT") as stopped:
         train(_small_cfg(tmp_path / "run", "agent.compile=true", mode="disabled"))
     assert stopped.value.env_steps < 100  # right after that update, before the first evaluation
@@ -466,9 +471,9 @@ def test_ctrl_c_during_the_first_updates_compile_is_acknowledged_at_once(tmp_pat
 
 
 def test_ctrl_c_during_an_evaluation_stops_after_it_with_its_row_and_checkpoint(tmp_path, capfd, monkeypatch):
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.evaluation as evaluation_mod
 
-    real, calls = train_mod.evaluate, []
+    real, calls = evaluation_mod.evaluate, []
 
     def interrupted(*args, **kwargs):  # the user presses Ctrl-C while the first evaluation runs
         calls.append(1)
@@ -477,7 +482,7 @@ def test_ctrl_c_during_an_evaluation_stops_after_it_with_its_row_and_checkpoint(
             time.sleep(0.1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "evaluate", interrupted)
+    monkeypatch.setattr(evaluation_mod, "evaluate", interrupted)
     run_dir = tmp_path / "run"
     with pytest.raises(run_control.TrainingStopped, match="stopped by SIGINT at 100 env steps") as stopped:
         train(_small_cfg(run_dir, mode="disabled"))
@@ -516,13 +521,16 @@ def test_a_second_ctrl_c_names_the_last_checkpoint_and_a_resume_without_replay_s
 # ------------------------------------------------------------------------------- faults the run cannot go on from
 
 
-def test_a_killed_env_worker_stops_the_run_in_one_line_and_the_run_resumes(tmp_path):
+@pytest.mark.parametrize("workers", [["env.vectorization=async"], ["train.overlap_env=true"]],
+                         ids=["async", "overlapped"])
+def test_a_killed_env_worker_stops_the_run_in_one_line_and_the_run_resumes(tmp_path, workers):
     """SIGKILL of one async env worker (the OOM killer): the run stops within seconds with one line naming the
-    worker and the intact last checkpoint, no worker is left, and ``--resume`` continues (it hung forever)."""
+    worker and the intact last checkpoint, no worker is left, and ``--resume`` continues (it hung forever).
+    The same where the workers step while the loop updates (``train.overlap_env``)."""
     run_dir = tmp_path / "run"
     env = _env(WANDB_MODE="disabled")
     proc = _start(["fetch_reach_ddpg", "train.total_env_steps=20000", "train.eval_every=100", "env.n_envs=2",
-                   "env.vectorization=async", f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
+                   *workers, f"log.run_dir={run_dir}", *TINY], tmp_path / "first.log", env)
     try:
         _wait_for(run_dir / "checkpoint.pt", proc)
         with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:

@@ -1,10 +1,12 @@
 """The analysis scripts' pure parts: ``scripts/slide_failure_modes.py`` sorts an episode's end into the kind of
-failure it names; the benchmark ``tests/benchmarks/bench_train_speed.py`` gives each of its runs a directory;
+failure it names; the benchmark ``tests/benchmarks/bench_train_speed.py`` gives each of its runs a directory and
+``tests/benchmarks/bench_train_setting.py`` reports its settings and a time breakdown that adds up;
 ``scripts/check_results_configs.py`` holds each config the results quote to what its committed seeds ran."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +98,26 @@ def test_bench_train_speed_gives_each_run_its_own_run_directory(monkeypatch):
         with pytest.raises(Opened):
             bench.run_ours(algo, 1000, 1000, 0)
     assert len(set(dirs)) == 3
+
+
+def test_bench_train_setting_reports_each_setting_and_a_breakdown_that_adds_up(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("bench_train_setting", SCRIPTS.parent / "tests" / "benchmarks" /
+                                                  "bench_train_setting.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert bench.main(["--config", "fetch_reach_ddpg", "--steps", "100", "--no-compile", "--settings", "1:serial",
+                       "1:overlap", "--", "train.learning_starts=100", "train.warmup_steps=100",
+                       "train.eval_episodes=1", "env.eval_envs=1", "agent.hidden=[16]", "train.batch_size=16"]) == 0
+    out = capsys.readouterr().out
+    settings = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"  1:(serial|overlap) ", line)}
+    assert settings["1:serial"][1] == "1" and float(settings["1:overlap"][2]) > 0  # threads, env steps/s
+    ms = {m[1]: float(m[2]) for m in re.finditer(r"^  (\S.*?) +(-?\d+\.\d+) +-?\d+\.\d+%", out, re.MULTILINE)}
+    assert list(ms) == ["env step", "acting", "storing", "updates", "rest of the loop", "evaluation", "logging",
+                        "checkpoint"]
+    assert ms["updates"] > 0 and ms["env step"] > 0 and ms["evaluation"] > 0
+    total = re.search(r"^  total +(\d+\.\d+) +100%", out, re.MULTILINE)
+    assert total and sum(ms.values()) == pytest.approx(float(total[1]), abs=0.01)
 
 
 def test_exploration_schemes_give_bounded_actions_of_their_kind():

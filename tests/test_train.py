@@ -160,16 +160,16 @@ def test_same_seed_runs_store_identical_buffers(tmp_path):
 
 
 def test_grasped_start_shapes_training_episodes_only(tmp_path, monkeypatch):
-    import her_agents.loop.train
+    import her_agents.loop.start
 
     built = []
-    real = her_agents.loop.train.make_vector_env
+    real = her_agents.loop.start.make_vector_env
 
     def recording(*args, **kwargs):
         built.append(kwargs.get("grasped_start", 0.0))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(her_agents.loop.train, "make_vector_env", recording)
+    monkeypatch.setattr(her_agents.loop.start, "make_vector_env", recording)
     train(_small_cfg(tmp_path / "run", "env.id=FetchPickAndPlace-v4", "env.grasped_start=1.0", "log.save_replay=true"))
     assert built == [1.0, 0.0]  # the training envs, then the evaluation envs
     z = read_replay(tmp_path / "run")  # the storage as saved: base and episode log
@@ -261,3 +261,49 @@ def test_bad_config_gives_clear_error(tmp_path, args, expect):
     assert expect in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
+
+
+def test_the_run_sizes_torch_and_the_compile_workers_from_train_torch_threads(monkeypatch):
+    """``auto``: every core the process may use, for torch's threads and Inductor's compile workers alike; an
+    int limits both (runs side by side)."""
+    import torch._inductor.config as inductor_config
+
+    import her_agents.config.sections
+    from her_agents.loop.train import use_threads
+
+    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
+    monkeypatch.setattr(her_agents.config.sections, "usable_cores", lambda: 3)
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(load_config(None, ["agent.compile=true"])) == 3
+        assert torch.get_num_threads() == 3 and inductor_config.compile_threads == 3
+        assert use_threads(load_config(None, ["agent.compile=true", "train.torch_threads=1"])) == 1
+        assert torch.get_num_threads() == 1 and inductor_config.compile_threads == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_overlapped_loop_steps_a_worker_process_and_a_seed_gives_one_run(tmp_path, monkeypatch):
+    """``train.overlap_env``: the training env steps in a worker process (also for one env) while the updates
+    run; two runs of a seed are bit-identical, do as many updates as the serial loop, and differ from it only
+    by the one-step lag (an episode a step ends joins the replay after that step's updates)."""
+    import her_agents.loop.start
+    from run_compare import differences, run_differences
+
+    built = []
+    real = her_agents.loop.start.make_vector_env
+
+    def recording(env_id, n_envs, vectorization, *args, **kwargs):
+        built.append((n_envs, vectorization))
+        return real(env_id, n_envs, vectorization, *args, **kwargs)
+
+    monkeypatch.setattr(her_agents.loop.start, "make_vector_env", recording)
+    extra = ("train.updates_per_step=1", "log.save_replay=true", "env.n_envs=1")
+    for name in ("a", "b"):
+        train(_small_cfg(tmp_path / name, *extra, "train.overlap_env=true"))
+    assert built == [(1, "async"), (2, "sync")] * 2  # training env in a worker; evaluation in this process
+    train(_small_cfg(tmp_path / "serial", *extra))
+    assert run_differences(tmp_path / "a", tmp_path / "b") == []
+    overlapped, serial = (load_checkpoint(tmp_path / n / "checkpoint.pt") for n in ("a", "serial"))
+    assert overlapped["counters"] == {**serial["counters"], "wall_time": overlapped["counters"]["wall_time"]}
+    assert differences(overlapped["agent"], serial["agent"])  # the lag: other weights

@@ -32,6 +32,7 @@ from .sections import check_replay
 from .files import config_dir, resolve_config_path
 from .loading import load_config, RESUME_FROZEN, resume_config
 from .sections import check_device_name, check_device
+from .sections import torch_thread_count, usable_cores
 from .sections import DistBackend as DistBackend
 from .sections import DistMode as DistMode
 from .sections import Vectorization as Vectorization
@@ -40,4 +41,4 @@ from .sections import WandbMode as WandbMode
 __all__ = ["DERIVED_WHEN_UNSET", "DEVICES", "LOOP_OWNED", "RESUME_FROZEN", "Config", "DistConfig", "EnvConfig",
            "LogConfig", "ReplayConfig", "Strategy", "TrainConfig", "WandbConfig", "agent_config", "agent_section",
            "check_device", "check_device_name", "check_replay", "config_dict", "config_dir", "config_yaml",
-           "load_config", "resolve_config_path", "resume_config"]
+           "load_config", "resolve_config_path", "resume_config", "torch_thread_count", "usable_cores"]

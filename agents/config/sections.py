@@ -16,7 +16,7 @@ from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, check_
 
 __all__ = ["DEVICES", "DistBackend", "DistConfig", "DistMode", "EnvConfig", "LogConfig", "ReplayConfig", "Strategy",
            "TrainConfig", "Vectorization", "WandbConfig", "WandbMode", "check_device", "check_device_name",
-           "check_replay"]
+           "check_replay", "torch_thread_count", "usable_cores"]
 
 Vectorization = Literal["sync", "async"]
 Strategy = Literal["future", "final", "episode", "mixed"]
@@ -159,10 +159,22 @@ class TrainConfig:
     device: str = "auto"
     """auto | cpu | cuda | cuda:N (whether this machine has it is checked when training starts,
     [`check_device`][her_agents.config.check_device])."""
-    torch_threads: int = 1
-    """torch intra-op threads (>= 1; 1 is fastest on a shared 2-core box)."""
+    torch_threads: int | Literal["auto"] = "auto"
+    """torch intra-op threads: ``auto`` uses every core this process may use (``os.sched_getaffinity``; under
+    torchrun, shared among the node's ranks), so that one run owns the machine; an integer >= 1 limits it: 1 to
+    train several runs side by side, one core each. The same count sizes what the run starts in the background
+    (``agent.compile``'s compile workers). See [`torch_thread_count`][her_agents.config.torch_thread_count]."""
     normalizer_relabeled: bool = True
     """Feed the normalizer HER-relabeled samples of each new episode (baselines), else raw stored goals."""
+    overlap_env: bool = False
+    """Step the training envs while the updates run: the loop hands each env step's actions to env worker
+    processes (``env.vectorization`` is then async, also for ``env.n_envs=1``), does that step's due updates
+    while they step, then stores the step. Saves up to the env's time per step (Fetch: about 1 ms of a 3-4 ms
+    step) where a core is free for the workers. Its cost: a one-step lag, the updates do not see the step
+    being taken (only complete episodes are sampled, so this matters where the step ends an episode: the
+    episode joins the replay and the normalizers after that step's updates; a seed still gives one run, and a
+    resume continues it exactly), and one process per training env. Ignored in the actor-learner mode (its
+    learner steps no envs)."""
 
     def __post_init__(self) -> None:
         """Raises:
@@ -173,9 +185,35 @@ class TrainConfig:
             "total_env_steps": AT_LEAST_ONE, "warmup_steps": NON_NEGATIVE, "learning_starts": NON_NEGATIVE,
             "updates_per_step": NON_NEGATIVE, "update_every": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
             "eval_every": AT_LEAST_ONE, "eval_episodes": AT_LEAST_ONE,
-            "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"), "torch_threads": AT_LEAST_ONE,
+            "seed": (lambda v: 0 <= v < 2**32 - 10_000, "in [0, 2**32 - 10000)"),
+            "torch_threads": (lambda v: v == "auto" or v >= 1, "auto or an integer >= 1"),
         })
         check_device_name(self.device, "device")
+
+
+def usable_cores() -> int:
+    """The number of CPU cores this process may run on: ``len(os.sched_getaffinity(0))`` (a CPU set given by
+    ``taskset``, a container or a scheduler counts), else ``os.cpu_count()`` where the platform has no affinity
+    (macOS, Windows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def torch_thread_count(value: int | str | None) -> int:
+    """The torch threads of a ``train.torch_threads`` value (``auto``, an int >= 1; None, a config older
+    than the key: 1): ``auto`` is ``usable_cores()``, divided among the ranks a torchrun started on this node
+    (``LOCAL_WORLD_SIZE``), at least 1."""
+    if value is None:
+        return 1
+    if value == "auto":
+        try:
+            ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        except ValueError:
+            ranks = 1
+        return max(1, usable_cores() // ranks)
+    return max(1, int(value))
 
 
 _WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # wandb.sdk.wandb_settings.Settings.validate_project

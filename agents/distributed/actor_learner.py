@@ -55,7 +55,7 @@ import her
 from ..algos.base import Agent
 from ..config import Config
 from ..loop import LoopHooks, TrainResult, build_agent, choose_action, collect_step, normalize_from_episode
-from ..loop.train import Run, seed_everything, train
+from ..loop.train import Run, seed_everything, train, use_threads
 from ..run.run_control import GracefulStop, LaunchError, TrainingStopped
 from .launch import config_digest, config_mismatch_message, flat_config, rendezvous_env, state_hash
 from her_envs import goal_env_spec, make_vector_env
@@ -427,7 +427,7 @@ def train_actor_learner(cfg: Config, resume: str | None = None, overwrite: bool 
         raise ValueError("dist.mode=actor_learner needs at least 2 processes (rank 0 learns, the others act): "
                          "launch with `torchrun --standalone --nproc_per_node=3 -m her_agents.cli ... "
                          "dist.mode=actor_learner`")
-    torch.set_num_threads(max(1, cfg.train.torch_threads))
+    use_threads(cfg)
     if env["rank"] == 0:
         return _run_learner(cfg, env["world_size"], resume, overwrite)
     return _run_actor(cfg, env["rank"], env["world_size"])

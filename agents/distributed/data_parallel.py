@@ -11,7 +11,7 @@ single-process loop.
 
 Every rank runs the plain loop (``her_agents.loop.train.train``) with a
 [`DistContext`][her_agents.distributed.data_parallel.DistContext] as its
-[`LoopHooks`][her_agents.loop.train.LoopHooks], and trains a
+[`LoopHooks`][her_agents.loop.hooks.LoopHooks], and trains a
 [`DataParallelAgent`][her_agents.distributed.data_parallel.DataParallelAgent] wrapped around its agent.
 A one-process run never enters this code, and the context reaches the other ranks only through the few
 operations of ``her_agents.distributed.collective.Collective``:

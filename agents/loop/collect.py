@@ -15,7 +15,7 @@ from ..algos.base import Agent
 from her_envs import GoalEnvSpec, VectorStep, check_rewards, split_autoreset, step_info
 
 __all__ = ["DIVERGED_Q_FACTOR", "MadeVectorEnv", "NetworksDiverged", "check_finite_actions", "choose_action", "choose_behaviour_goals", "collect_step",
-           "learn_step", "normalize_from_episode"]
+           "learn_step", "normalize_from_episode", "store_step"]
 
 
 MadeVectorEnv = gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv
@@ -71,7 +71,17 @@ def collect_step(env: gym.vector.VectorEnv, obs: dict[str, np.ndarray], action: 
         the next observation to act on, the ``VectorStep`` (real next obs, success, done) and the
         ``(start slot, T)`` of each episode the writer completed (in its storage).
     """
-    next_obs, reward, terminated, truncated, infos = env.step(action)
+    return store_step(env.step(action), obs, action, writer, info_shapes, reward_range, env_id)
+
+
+def store_step(result: tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict],
+               obs: dict[str, np.ndarray], action: np.ndarray, writer: her.EpisodeWriter | her.HerReplayBuffer,
+               info_shapes: Mapping[str, tuple[int, ...]], reward_range: tuple[float, float] | None = None,
+               env_id: str = "the env") -> tuple[dict[str, np.ndarray], VectorStep, list[tuple[int, int]]]:
+    """The storing half of [`collect_step`][her_agents.loop.collect.collect_step]: ``result`` is what the
+    vector env's ``step(action)`` (or ``step_wait()`` after ``step_async(action)``) returned from ``obs``;
+    the arguments and what is returned are ``collect_step``'s."""
+    next_obs, reward, terminated, truncated, infos = result
     step = split_autoreset(next_obs, terminated, truncated, infos)
     check_rewards(reward, reward_range, env_id)
     info = step_info(infos, step.done, info_shapes)

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..config import torch_thread_count
 from ..tools import OneLineErrorParser, add_version_option, cli_entry
 from .checkpoint import write_atomic
 from .policy_file import MODEL_FILES, load_policy, safetensors_available, write_policy_file
@@ -53,7 +54,7 @@ def source_commit() -> str | None:
 def measure(policy_path: str | Path, episodes: int = DEFAULT_EPISODES, seed: int = EVAL_SEED,
             device: str = "cpu") -> dict[str, Any]:
     """Evaluate the policy file at ``policy_path`` (or an exported directory) on ``episodes`` deterministic
-    episodes (``her_agents.loop.train.evaluate``, eval envs seeded ``seed`` as ``her-eval`` does).
+    episodes (``her_agents.loop.evaluation.evaluate``, eval envs seeded ``seed`` as ``her-eval`` does).
 
     Returns:
         ``success_rate``, ``final_distance`` (metres for Fetch), ``return``, ``episodes``, ``eval_seed``.
@@ -197,7 +198,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, episodes: int = DEFAULT
         raise ValueError(f"OUT_DIR {out_dir} is not empty: pass --overwrite to replace its export")
     state = load_checkpoint(Path(run_dir) / "checkpoint.pt" if Path(run_dir).is_dir() else run_dir)
     config = state["config"]
-    torch.set_num_threads(max(1, int(config["train"].get("torch_threads", 1))))
+    torch.set_num_threads(torch_thread_count(config["train"].get("torch_threads")))
     agent = agent_from_checkpoint(state, device="cpu", compile=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     use_st = file_format == "safetensors" or (file_format == "auto" and safetensors_available())

@@ -61,11 +61,12 @@ class Timer:
 
 def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32",
              update_every: int = 5) -> dict[str, float]:
+    import her_agents.loop.start as start_mod
     import her_agents.loop.train as train_mod
     from her_agents.config import load_config
 
     timers: dict[str, Timer] = {}
-    make_agent, build_replay = train_mod.make_agent, train_mod.build_replay
+    make_agent, build_replay = start_mod.make_agent, start_mod.build_replay
 
     def timed_make_agent(*args: Any, **kwargs: Any) -> Any:
         agent = make_agent(*args, **kwargs)
@@ -107,13 +108,13 @@ def run_ours(algo: str, warmup: int, steps: int, seed: int, precision: str = "fp
             "log.checkpoint=false",
         ],
     )
-    train_mod.make_agent, train_mod.build_replay = timed_make_agent, timed_build_replay
+    start_mod.make_agent, start_mod.build_replay = timed_make_agent, timed_build_replay
     try:  # each run its own directory: a second algo (or repeat) would find the first's run there
         with tempfile.TemporaryDirectory(prefix=f"bench_train_speed-{algo}-") as run_dir:
             cfg.log.run_dir = run_dir
             result = train_mod.train(cfg)
     finally:
-        train_mod.make_agent, train_mod.build_replay = make_agent, build_replay
+        start_mod.make_agent, start_mod.build_replay = make_agent, build_replay
     # each eval row holds the env steps/s of the window since the previous eval, eval time excluded
     windows = [r for r in result.history if r["env_steps"] > warmup]
     seconds = sum(eval_every / r["env_steps_per_s"] for r in windows)
