@@ -9,6 +9,7 @@ which episode and which step it came from. Episode ids count episode *starts* ov
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -17,6 +18,11 @@ import pytest
 from hypothesis import strategies as st
 
 import her
+
+# Test processes (pytest -n 2 runs two) and the her-train processes they start use one torch thread each
+# (train.torch_threads auto reads OMP_NUM_THREADS): OpenMP threads spin-wait for a busy core, so two-thread
+# updates on a shared machine run several times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 GOAL_DIM = 2
 OBS_DIM = 3

@@ -178,6 +178,7 @@ def test_sac_options_are_checked_by_sacs_dataclass():
 
 
 def test_torch_threads_auto_is_every_core_the_process_may_use_and_an_int_limits_it(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # conftest limits the test processes to 1
     cfg = load_config(None)
     assert cfg.train.torch_threads == "auto" and "\n  torch_threads: auto\n" in config_yaml(cfg)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -192,6 +193,10 @@ def test_torch_threads_auto_is_every_core_the_process_may_use_and_an_int_limits_
     monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows
     assert torch_thread_count("auto") == 16
     assert torch_thread_count(None) == 1  # a checkpoint's config from before the key
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the environment's limit wins over the core count
+    assert torch_thread_count("auto") == 3 and torch_thread_count(2) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # empty or not a count: ignored
+    assert torch_thread_count("auto") == 16
 
 
 def test_print_config_shows_the_full_agent_section(capsys):

@@ -161,7 +161,7 @@ class TrainConfig:
     [`check_device`][her_agents.config.check_device])."""
     torch_threads: int | Literal["auto"] = "auto"
     """torch intra-op threads: ``auto`` uses every core this process may use (``os.sched_getaffinity``; under
-    torchrun, shared among the node's ranks), so that one run owns the machine; an integer >= 1 limits it: 1 to
+    torchrun, shared among the node's ranks; ``OMP_NUM_THREADS``, where set, wins), so that one run owns the machine; an integer >= 1 limits it: 1 to
     train several runs side by side, one core each. The same count sizes what the run starts in the background
     (``agent.compile``'s compile workers). See [`torch_thread_count`][her_agents.config.torch_thread_count]."""
     normalizer_relabeled: bool = True
@@ -203,11 +203,15 @@ def usable_cores() -> int:
 
 def torch_thread_count(value: int | str | None) -> int:
     """The torch threads of a ``train.torch_threads`` value (``auto``, an int >= 1; None, a config older
-    than the key: 1): ``auto`` is ``usable_cores()``, divided among the ranks a torchrun started on this node
-    (``LOCAL_WORLD_SIZE``), at least 1."""
+    than the key: 1): ``auto`` is ``OMP_NUM_THREADS`` where it is set to a positive integer (the usual way to
+    limit a process's threads; torchrun sets it to 1 for several ranks), else ``usable_cores()`` divided among
+    the ranks a torchrun started on this node (``LOCAL_WORLD_SIZE``), at least 1."""
     if value is None:
         return 1
     if value == "auto":
+        omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+        if omp.isdigit() and int(omp) >= 1:
+            return int(omp)
         try:
             ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         except ValueError:
