@@ -567,6 +567,10 @@ NEEDS_CXX = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "
     ("ddpg", True, {}),
     ("ddpg", False, {}),  # the optimizer steps outside the graph, as under data-parallel training
     ("td3", True, {"policy_noise": 0.0, "policy_delay": 2}),  # twin critics, an update without an actor step
+    ("ddpg", True, {"actor_weight_decay": 0.5, "critic_weight_decay": 2.0}),  # AdamW's decay in the graph
+    # REDQ's subset of 2 of 3 target critics; a reset of the output layers after update 2, so that update 3 steps
+    # parameters of different Adam step counts (adam_step's same_steps=False)
+    ("td3", True, {"policy_noise": 0.0, "policy_delay": 1, "n_critics": 3, "target_subset": 2, "reset_every": 2}),
 ])
 def test_compiled_update_matches_eager_and_keeps_checkpoint_keys(algo, whole, extra):
     """agent.compile (no sampling noise in the update): the same initial weights give the same losses, TD errors,

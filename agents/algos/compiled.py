@@ -118,7 +118,9 @@ def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bo
 def _optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor],
                     grads: tuple[torch.Tensor, ...]) -> None:
     for p, g in zip(params, grads):
-        p.grad = g
+        # torch's fused Adam reads a gradient as dense memory: an expanded one (stride 0, e.g. the gradient of
+        # c * p.sum()) would be read past its one element. backward() makes it dense; a .grad set by hand must
+        p.grad = g if g.is_contiguous() else g.contiguous()
     optimizer.step()
 
 
