@@ -294,7 +294,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
     def target_subset(self) -> torch.Tensor | None:
         """The critics this update's TD target takes its minimum over: int64 ``[target_subset]`` on the device,
         drawn without replacement from ``range(n_critics)`` by ``update_generator`` (REDQ, Chen et al. 2021,
-        Algorithm 1, line 8); None for all of them (``target_subset`` 0 or ``n_critics``: nothing is drawn)."""
+        Algorithm 1); None for all of them (``target_subset`` 0 or ``n_critics``: nothing is drawn)."""
         m = getattr(self.config, "target_subset", 0)
         n = getattr(self.config, "n_critics", 1)
         if not m or m >= n:

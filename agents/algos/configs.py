@@ -40,7 +40,7 @@ class AgentConfig:
     """Adam learning rate of the critic(s) (> 0)."""
     actor_weight_decay: float = 0.0
     """Decoupled weight decay (>= 0) of the actor's optimizer, AdamW (Loshchilov & Hutter 2019, "Decoupled Weight
-    Decay Regularization", Algorithm 2, line 12): before each Adam step ``p <- p * (1 - actor_lr *
+    Decay Regularization", ICLR, Algorithm 2): before each Adam step ``p <- p * (1 - actor_lr *
     actor_weight_decay)``, torch.optim.AdamW's convention (the decay per step is ``lr * weight_decay``: 0.01 at lr
     1e-3 shrinks a weight that has no gradient by 1e-5 a step). 0 (the default): plain Adam, as before."""
     critic_weight_decay: float = 0.0
@@ -140,13 +140,14 @@ class TD3Config(AgentConfig):
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
     n_critics: int = 2
-    """Number of critics (>= 1); the target is the min over all of them (see ``clipped_double_q``)."""
+    """Number of critics (>= 1); the target is the min over all of them (see ``clipped_double_q``), or over a random
+    subset (``target_subset``)."""
     target_subset: int = 0
     """REDQ's random subset (Chen et al. 2021, "Randomized Ensembled Double Q-Learning: Learning Fast Without a
-    Model", ICLR, Algorithm 1, line 8): ``M`` in ``[1, n_critics]`` makes each update's TD target bootstrap from
+    Model", ICLR, Algorithm 1): ``M`` in ``[1, n_critics]`` makes each update's TD target bootstrap from
     the minimum over ``M`` target critics drawn at random (without replacement, anew every update) out of the
     ``n_critics``; 0 (the default) is the minimum over all of them, as before. Any other value also makes the
-    actor maximize the mean of all ``n_critics`` critics (REDQ's line 10) instead of ``Q_1``. Needs
+    actor maximize the mean of all ``n_critics`` critics (REDQ's policy update) instead of ``Q_1``. Needs
     ``clipped_double_q``. The draw is seeded by ``seed`` and the update count, so runs repeat and resume
     exactly."""
     clipped_double_q: bool = True
@@ -204,16 +205,18 @@ class SACConfig(AgentConfig):
     action_l2: float = 0.0
     """Weight (>= 0) of ``mean(a^2)`` on the sampled tanh action added to the actor loss."""
     n_critics: int = 2
-    """Number of critics (>= 1); the soft target and the actor use the min over all of them."""
+    """Number of critics (>= 1); the soft target and the actor use the min over all of them (but see
+    ``target_subset``)."""
     target_subset: int = 0
     """REDQ's random subset (Chen et al. 2021, "Randomized Ensembled Double Q-Learning: Learning Fast Without a
-    Model", ICLR, Algorithm 1, line 8): ``M`` in ``[1, n_critics]`` makes each update's soft TD target bootstrap
+    Model", ICLR, Algorithm 1): ``M`` in ``[1, n_critics]`` makes each update's soft TD target bootstrap
     from the minimum over ``M`` target critics drawn at random (without replacement, anew every update) out of the
     ``n_critics``; 0 (the default) is the minimum over all of them, as before. Any other value also makes the
-    actor maximize the mean of all ``n_critics`` critics (REDQ's line 10) instead of their minimum. REDQ itself: 10
-    critics, a subset of 2, 20 updates per env step (``train.updates_per_step``). The draw is seeded by ``seed``
-    and the update count, so runs repeat and resume exactly. TQC refuses it (its target truncates the pooled
-    quantiles instead)."""
+    actor maximize the mean of all ``n_critics`` critics (REDQ's policy update) instead of their minimum. REDQ
+    itself: 10 critics, a subset of 2, 20 critic updates per env step (``train.updates_per_step``) and one policy
+    update per env step (here the actor steps at every update). The draw is seeded by ``seed`` and the update
+    count, so runs repeat and resume exactly. TQC refuses it (its target truncates the pooled quantiles
+    instead)."""
     autotune: bool = True
     """Learn the temperature to reach ``target_entropy``; False keeps ``alpha`` fixed."""
     alpha: float = 0.2

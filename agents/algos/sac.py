@@ -116,7 +116,7 @@ class SACAgent(GoalConditionedAgentBase):
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, reported loss, Q mean, td_error [B])`` of the soft TD step:
         ``y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi``, the
-        minimum over the target critics ``subset`` (int64 ``[M]``, REDQ's Eq. in Algorithm 1, line 8), or all of
+        minimum over the target critics ``subset`` (int64 ``[M]``, REDQ's target, Chen et al. 2021, Algorithm 1), or all of
         them (None)."""
         cfg = self.config
         with torch.no_grad():
@@ -140,7 +140,7 @@ class SACAgent(GoalConditionedAgentBase):
 
     def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The value the actor maximizes, ``min_i Q_i(s, a)`` ``[B]``; with ``target_subset``, REDQ's
-        ``mean_i Q_i(s, a)`` over all critics (Chen et al. 2021, Algorithm 1, line 10)."""
+        ``mean_i Q_i(s, a)`` over all critics (Chen et al. 2021, Algorithm 1's policy update)."""
         q = self.critic(state, action)
         return q.mean(0) if self.config.target_subset else q.min(0).values
 

@@ -110,7 +110,7 @@ class TD3Agent(GoalConditionedAgentBase):
         """``(loss, Q [n_critics, B] detached, td_error [B])`` (Fujimoto et al. 2018, Eq. 10 and 15):
         ``y = clip(r + discount * (1 - terminated) * min_i Q'_i(s', smooth(mu'(s'))))`` (``mean_i`` without
         ``clipped_double_q``), ``i`` over the target critics ``subset`` (int64 ``[M]``: REDQ, Chen et al. 2021,
-        Algorithm 1, line 8) or all of them (None); the loss is the sum over critics of each critic's
+        Algorithm 1) or all of them (None); the loss is the sum over critics of each critic's
         ``mean(weight * (Q_i - y)^2)``; ``td_error = |y - Q_i|`` averaged over critics."""
         cfg = self.config
         with torch.no_grad():
@@ -132,7 +132,7 @@ class TD3Agent(GoalConditionedAgentBase):
 
     def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``Q_1(s, a)`` ``[B]``, the first critic (Fujimoto et al. 2018, Alg. 1: the actor follows ``Q_theta1``);
-        with ``target_subset``, REDQ's mean over all critics (Chen et al. 2021, Algorithm 1, line 10)."""
+        with ``target_subset``, REDQ's mean over all critics (Chen et al. 2021, Algorithm 1's policy update)."""
         if self.config.target_subset:
             return self.critic(state, action).mean(0)
         return self.critic(state, action, member=0)[0]
