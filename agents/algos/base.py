@@ -299,7 +299,10 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         n = getattr(self.config, "n_critics", 1)
         if not m or m >= n:
             return None
-        return torch.randperm(n, generator=self.update_generator(SUBSET_DRAW))[:m].to(self.device)
+        subset = torch.randperm(n, generator=self.update_generator(SUBSET_DRAW))[:m]
+        if self.device.type == "cuda":  # a copy from pageable memory would wait for the device's queue
+            return subset.pin_memory().to(self.device, non_blocking=True)
+        return subset
 
     def target_critics(self, state: torch.Tensor, action: torch.Tensor, subset: torch.Tensor | None
                        ) -> torch.Tensor:
