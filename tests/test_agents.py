@@ -41,6 +41,14 @@ def _one_torch_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles as a fresh process does: Dynamo keeps the cache entries of one code object (the
+    ``train_step`` DDPG and TD3 share) for agents long freed, and they count against its recompile limit (8), past
+    which a warm agent's guard-skipping call raises."""
+    torch._dynamo.reset()
+
+
 def make_batch(batch_size: int = 32, seed: int = 0, terminated: bool = False) -> SimpleNamespace:
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(batch_size, OBS)).astype(np.float32)
