@@ -72,7 +72,7 @@ def test_bad_lever_values_are_one_line_naming_the_key(overrides, expect):
 
 
 @pytest.mark.parametrize("algo", ["ddpg", "td3", "sac", "tqc"])
-def test_levers_default_off_and_print_config_gains_only_their_keys(algo):
+def test_levers_are_off_in_every_reach_config(algo):
     from her_agents.config import config_dict
     cfg = load_config(f"fetch_reach_{algo}")
     agent = config_dict(cfg)["agent"]
