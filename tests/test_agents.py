@@ -41,6 +41,14 @@ def _one_torch_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles as a fresh process does: Dynamo keeps the cache entries of one code object (the
+    ``train_step`` DDPG and TD3 share) for agents long freed, and they count against its recompile limit (8), past
+    which a warm agent's guard-skipping call raises."""
+    torch._dynamo.reset()
+
+
 def make_batch(batch_size: int = 32, seed: int = 0, terminated: bool = False) -> SimpleNamespace:
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(batch_size, OBS)).astype(np.float32)
@@ -567,6 +575,10 @@ NEEDS_CXX = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "
     ("ddpg", True, {}),
     ("ddpg", False, {}),  # the optimizer steps outside the graph, as under data-parallel training
     ("td3", True, {"policy_noise": 0.0, "policy_delay": 2}),  # twin critics, an update without an actor step
+    ("ddpg", True, {"actor_weight_decay": 0.5, "critic_weight_decay": 2.0}),  # AdamW's decay in the graph
+    # REDQ's subset of 2 of 3 target critics; a reset of the output layers after update 2, so that update 3 steps
+    # parameters of different Adam step counts (adam_step's same_steps=False)
+    ("td3", True, {"policy_noise": 0.0, "policy_delay": 1, "n_critics": 3, "target_subset": 2, "reset_every": 2}),
 ])
 def test_compiled_update_matches_eager_and_keeps_checkpoint_keys(algo, whole, extra):
     """agent.compile (no sampling noise in the update): the same initial weights give the same losses, TD errors,

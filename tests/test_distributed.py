@@ -67,6 +67,18 @@ def test_data_parallel_ranks_hold_identical_parameters_and_normalizers(tmp_path)
     assert (run_dir / "checkpoint.pt").exists()
 
 
+def test_data_parallel_resets_keep_the_ranks_identical(tmp_path):
+    """``agent.reset_every``: each rank draws its new layers from its own seed (``train.seed + rank``); rank 0's
+    are broadcast after each reset, so the ranks still hold identical parameters (resets at 30 and 60 of 80)."""
+    run_dir, dump = tmp_path / "run", tmp_path / "dump"
+    proc = _torchrun(2, ["train.total_env_steps=300", "train.eval_every=300", "agent.reset_every=30", *TINY],
+                     run_dir, dump)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = _json(dump / "rank0.json"), _json(dump / "rank1.json")
+    assert r0["num_updates"] == r1["num_updates"] == 80
+    assert r0["params"] == r1["params"], "parameters differ across ranks after resets"
+
+
 def test_data_parallel_resume_restores_each_ranks_own_state(tmp_path, capsys):
     """2 ranks, 200 env steps each, prioritized replay saved: uninterrupted, against killed right after the
     checkpoint at 100 and resumed under torchrun. Each rank resumes its own state (RNGs, env RNGs, replay,

@@ -209,16 +209,23 @@ def cuda_graph_counts() -> tuple[int, int | None]:
 
 
 @NEEDS_CUDA
-def test_cuda_graphs_compiled_update_matches_eager_on_cuda():
-    """DDPG (no noise in the update) in fp32 on CUDA: the compiled update (CUDA graphs: warm-up, recording, then
-    replays) gives the eager update's losses, TD errors and weights, and no compiled graph skips CUDA graphs."""
+@pytest.mark.parametrize("algo, levers", [
+    ("ddpg", {}),
+    # the levers of issue 55: AdamW's decay, resets between replays (in place), REDQ's subset as a graph input
+    ("ddpg", {"critic_weight_decay": 0.5, "actor_weight_decay": 0.5, "reset_every": 2}),
+    ("td3", {"policy_noise": 0.0, "policy_delay": 1, "n_critics": 3, "target_subset": 2, "reset_every": 3}),
+])
+def test_cuda_graphs_compiled_update_matches_eager_on_cuda(algo, levers):
+    """DDPG, and TD3 with the levers (no noise in the update), in fp32 on CUDA: the compiled update (CUDA graphs:
+    warm-up, recording, then replays) gives the eager update's losses, TD errors and weights, and no compiled
+    graph skips CUDA graphs."""
     batch = make_batch(64)
     skips_before, _ = cuda_graph_counts()
     metrics, agents = {}, {}
     for compiled in (False, True):
         torch.manual_seed(0)
-        agent = make_agent("ddpg", OBS, GOAL, ACT, hidden=(64, 64), layer_norm=True, device="cuda",
-                           compile=compiled, precision="fp32")
+        agent = make_agent(algo, OBS, GOAL, ACT, hidden=(64, 64), layer_norm=True, device="cuda",
+                           compile=compiled, precision="fp32", **levers)
         agent.update_normalizer(batch["observation"], batch["desired_goal"])
         metrics[compiled] = [agent.update(batch) for _ in range(5)]
         agents[compiled] = agent

@@ -26,9 +26,10 @@ class AgentStateMixin:
     obs_normalizer: RunningNormalizer
     goal_normalizer: RunningNormalizer
 
-    #: per-instance caches (compiled functions, parameter lists, the numpy actor, the colored noise source):
-    #: rebuilt on demand, never pickled or deep-copied
-    _CACHES = ("_numpy_actor", "_polyak_params", "_param_lists", "_compiled_step", "_noise_source")
+    #: per-instance caches (compiled functions, parameter lists, the numpy actor, the colored noise source, the
+    #: generator reseeded before each draw between updates): rebuilt on demand, never pickled or deep-copied
+    _CACHES = ("_numpy_actor", "_polyak_params", "_param_lists", "_compiled_step", "_noise_source",
+               "_draw_generator")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._CACHES}

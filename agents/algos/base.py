@@ -9,14 +9,17 @@ the goal-conditioned pieces DDPG/TD3/SAC/TQC share (openai/baselines HER techniq
   probability ``random_eps`` a uniform random action), ``value``; ``.numpy_actor`` its numpy fast path;
 - ``.agent_state``: checkpoint state (``state_dict``, ``policy_state_dict``) and train/eval mode;
 - ``.compiled``: the compiled-or-eager wrapper and the Adam step both modes share;
-- ``.targets``: TD targets and their clip; ``.device``: device and precision selection.
+- ``.targets``: TD targets and their clip; ``.device``: device and precision selection;
+- here too, the levers for many updates per env step that act between updates: REDQ's random subset of target
+  critics (``target_subset``) and periodic resets (``reset_networks``), both drawn from a torch generator
+  seeded by the agent's seed and the update count (``update_generator``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -24,9 +27,10 @@ from torch import nn
 
 from .acting import ActingMixin
 from .agent_state import AgentStateMixin
-from .compiled import CompiledOrEager, init_adam_state, make_adam
+from .compiled import CompiledOrEager, init_adam_state, make_adam, reset_adam_state
 from .configs import PRECISIONS, AgentConfig
 from .device import native_bf16, resolve_device, resolve_precision
+from .networks import reinit_
 from .normalizer import RunningNormalizer
 from .targets import clip_q, q_clip_for_env, td_target, td_target_bounds
 
@@ -113,6 +117,10 @@ class Agent(Protocol):
 
 
 
+#: ``GoalConditionedAgentBase.update_generator``'s purposes
+SUBSET_DRAW, RESET_DRAW = 1, 2
+
+
 class TensorBatch(NamedTuple):
     """A batch on the agent's device: float32 tensors, ``[B, ...]``; ``terminated`` as 0/1 float."""
 
@@ -170,6 +178,8 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         self.goal_normalizer = RunningNormalizer(self.goal_dim, device=self.device, **norm_kw)
         self.rng = np.random.default_rng(config.seed)
         self.num_updates = 0
+        # the seed of the draws between updates (update_generator): torch's when the config has none
+        self._draw_seed = (torch.initial_seed() if config.seed is None else int(config.seed)) % 2**64
 
     def update(self, batch: Any) -> dict[str, float | np.ndarray]:
         """One gradient step on a batch; returns scalar metrics and ``td_error`` ``[B]`` float32."""
@@ -268,6 +278,70 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    # ------------------------------------------------------------------ draws between updates: subset, resets
+    def update_generator(self, purpose: int) -> torch.Generator:
+        """A CPU ``torch.Generator`` seeded from ``(purpose, seed, num_updates)`` (``config.seed``, else torch's
+        initial seed, through ``numpy.random.SeedSequence``): each update's draws are a function of the update
+        count, so a resumed run draws what the uninterrupted one drew with no generator state in the checkpoint,
+        and the draws of one purpose never shift those of another or the global torch stream. ``purpose``:
+        ``SUBSET_DRAW`` or ``RESET_DRAW``."""
+        generator = self.__dict__.get("_draw_generator")
+        if generator is None:
+            generator = self.__dict__["_draw_generator"] = torch.Generator()
+        words = np.random.SeedSequence([purpose, self._draw_seed, self.num_updates]).generate_state(2, np.uint32)
+        return generator.manual_seed(int(words[0]) << 32 | int(words[1]))
+
+    def target_subset(self) -> torch.Tensor | None:
+        """The critics this update's TD target takes its minimum over: int64 ``[target_subset]`` on the device,
+        drawn without replacement from ``range(n_critics)`` by ``update_generator`` (REDQ, Chen et al. 2021,
+        Algorithm 1); None for all of them (``target_subset`` 0 or ``n_critics``: nothing is drawn)."""
+        m = getattr(self.config, "target_subset", 0)
+        n = getattr(self.config, "n_critics", 1)
+        if not m or m >= n:
+            return None
+        subset = torch.randperm(n, generator=self.update_generator(SUBSET_DRAW))[:m]
+        if self.device.type == "cuda":  # a copy from pageable memory would wait for the device's queue
+            return subset.pin_memory().to(self.device, non_blocking=True)
+        return subset
+
+    def target_critics(self, state: torch.Tensor, action: torch.Tensor, subset: torch.Tensor | None
+                       ) -> torch.Tensor:
+        """``critic_target(state, action)`` ``[n_critics, B]``, or only the critics ``subset`` (``[M, B]``)."""
+        if subset is None:
+            return self.critic_target(state, action)
+        return self.critic_target(state, action, members=subset)
+
+    @property
+    def adam_same_steps(self) -> bool:
+        """Whether every parameter of an optimizer has taken the same Adam steps (``adam_step``'s
+        ``same_steps``): not where ``reset_layers: last`` resets restart some parameters' steps."""
+        return not (self.config.reset_every and self.config.reset_layers == "last")
+
+    def reset_due(self) -> bool:
+        """Whether the update just done (``num_updates``) is followed by a reset (``reset_every``)."""
+        every = self.config.reset_every
+        return bool(every) and self.num_updates > 0 and self.num_updates % every == 0
+
+    def reset_networks(self) -> list[torch.Tensor]:
+        """Re-initialize the layers ``reset_layers`` names (the output layer, or all layers, of the actor and of
+        the critics) from ``update_generator``, copy them into their target networks, restart their Adam state
+        (``reset_adam_state``), against the primacy bias (Nikishin et al. 2022, Section 4). Called after every
+        ``reset_every``-th update; in place, so the compiled update and the numpy actor keep their references.
+        Returns the parameters drawn afresh."""
+        last = self.config.reset_layers == "last"
+        modules = [cast(nn.Module, self.actor.head), cast(nn.Module, self.critic.head)] if last else [
+            self.actor, self.critic]
+        fresh: list[torch.Tensor] = list(reinit_(modules, self.update_generator(RESET_DRAW)))
+        ids = {id(p) for p in fresh}
+        with torch.no_grad():
+            for target, online in self._target_pairs():
+                for name, p in online.named_parameters():
+                    if id(p) in ids:
+                        target.get_parameter(name).copy_(p)
+        for optimizer in self.optimizers().values():
+            reset_adam_state(optimizer, fresh)
+        return fresh
+
     # ------------------------------------------------------------------ losses, targets, metrics
     def critic_regression(self, b: TensorBatch, state: torch.Tensor, y: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -282,6 +356,7 @@ class GoalConditionedAgentBase(ActingMixin, AgentStateMixin):
         return loss, q, (y - q).abs().mean(0)
 
     critic: nn.Module
+    critic_target: nn.Module
 
     def update_targets(self) -> None:
         """Polyak-average every (target, online) pair of ``_target_pairs`` (one foreach call for all):

@@ -15,16 +15,22 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["CompiledOrEager", "adam_step", "freeze", "init_adam_state", "make_adam"]
+__all__ = ["CompiledOrEager", "adam_step", "freeze", "init_adam_state", "make_adam", "reset_adam_state"]
 
 
-def make_adam(params: Iterable[nn.Parameter] | Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel where available (CPU and CUDA in recent torch), else foreach."""
+def make_adam(params: Iterable[nn.Parameter] | Iterable[torch.Tensor], lr: float,
+              weight_decay: float = 0.0) -> torch.optim.Adam:
+    """Adam with the fused kernel where available (CPU and CUDA in recent torch), else foreach; with
+    ``weight_decay`` > 0 its decoupled form, AdamW (Loshchilov & Hutter 2019, Algorithm 2:
+    ``p <- p * (1 - lr * weight_decay)`` before the Adam step, ``torch.optim.AdamW``'s convention)."""
     params = list(params)
+    decoupled = bool(weight_decay)  # False at 0: the group of plain Adam, as before
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=decoupled,
+                                fused=True)
     except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, decoupled_weight_decay=decoupled,
+                                foreach=True)
 
 
 def init_adam_state(optimizer: torch.optim.Optimizer) -> None:
@@ -44,21 +50,42 @@ def init_adam_state(optimizer: torch.optim.Optimizer) -> None:
                     exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
 
 
-def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bool = True) -> None:
+def reset_adam_state(optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor]) -> None:
+    """Restart the Adam state of those of ``params`` that ``optimizer`` holds state for: ``step``, ``exp_avg``
+    and ``exp_avg_sq`` set to zero in place (the tensors a compiled update reads stay the same), so their next
+    step is a first step (``agent.reset_every``). Parameters without state, or of another optimizer, are left
+    alone."""
+    with torch.no_grad():
+        for p in params:
+            state = optimizer.state.get(p)
+            if state:
+                for key in ("step", "exp_avg", "exp_avg_sq"):
+                    state[key].zero_()
+
+
+def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bool = True,
+              same_steps: bool = True) -> None:
     """One step of ``optimizer`` (a one-group ``torch.optim.Adam``) on ``d loss / d params``.
 
     Eagerly, and in a compiled update with ``in_graph=False``, the gradients go to ``p.grad`` and
     ``optimizer.step()`` runs (its hooks too: data-parallel training averages the gradients in one), outside the
     graph. Compiled with ``in_graph`` (the default), the same step (Kingma & Ba 2015, Algorithm 1, in
     ``torch.optim.Adam``'s form: ``m <- lerp(m, g, 1 - beta1)``, ``v <- beta2 v + (1 - beta2) g^2``,
-    ``p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``) is written here on the optimizer's
-    own state (made by ``init_adam_state``), so that the whole update is one graph and checkpoints are the same
-    in both modes. Written by hand because torch's step breaks the graph: ``Optimizer.step`` breaks it twice by
-    design (its ``_use_grad`` wrapper), Dynamo does not trace the fused kernel, and the functional
+    ``p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``; with a ``weight_decay`` in the
+    group and ``decoupled_weight_decay``, AdamW's ``p <- p * (1 - lr * weight_decay)`` first, Loshchilov & Hutter
+    2019, Algorithm 2; without ``decoupled_weight_decay``, ``g <- g + weight_decay * p``) is written here on the
+    optimizer's own state (made by ``init_adam_state``), so that the whole update is one graph and checkpoints
+    are the same in both modes. Written by hand because torch's step breaks the graph: ``Optimizer.step`` breaks
+    it twice by design (its ``_use_grad`` wrapper), Dynamo does not trace the fused kernel, and the functional
     ``torch.optim.adam.adam`` left the update in several graphs. Measured (an A/B of a 28-256-256-1
     LayerNorm MLP regression, batch 256, compiled, one thread, the 2-core shared Intel Xeon of the development
     machine, two readings): 26 and 35 ms a step with this step in the graph against 48 and 61 ms with
     ``optimizer.step()`` (foreach) in it.
+
+    ``same_steps``: every parameter of the group has taken the same number of steps, so the bias corrections are
+    computed once from the first parameter's ``step``; False (after a reset of some parameters' state,
+    ``GoalConditionedAgentBase.reset_networks``) computes them per parameter. Eager steps are per parameter
+    anyway.
     """
     group = optimizer.param_groups[0]
     params = group["params"]
@@ -67,13 +94,21 @@ def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bo
         _optimizer_step(optimizer, params, grads)
         return
     beta1, beta2 = group["betas"]
+    lr, weight_decay = group["lr"], group["weight_decay"]
     states = [optimizer.state[p] for p in params]
     with torch.no_grad():
+        if weight_decay and group.get("decoupled_weight_decay"):
+            torch._foreach_mul_(params, 1.0 - lr * weight_decay)
+        elif weight_decay:
+            grads = tuple(torch._foreach_add(grads, params, alpha=weight_decay))
         torch._foreach_add_([st["step"] for st in states], 1.0)
         step = states[0]["step"]  # every parameter of the group takes the same steps: the scalars once
-        step_size = group["lr"] / (1.0 - beta1**step)
+        step_size = lr / (1.0 - beta1**step)
         bias_correction2_sqrt = (1.0 - beta2**step).sqrt()
         for p, g, state in zip(params, grads, states):
+            if not same_steps:
+                step_size = lr / (1.0 - beta1 ** state["step"])
+                bias_correction2_sqrt = (1.0 - beta2 ** state["step"]).sqrt()
             state["exp_avg"].lerp_(g, 1.0 - beta1)
             state["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
             p.sub_(step_size * state["exp_avg"] / (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt + group["eps"]))
@@ -83,7 +118,9 @@ def adam_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, in_graph: bo
 def _optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor],
                     grads: tuple[torch.Tensor, ...]) -> None:
     for p, g in zip(params, grads):
-        p.grad = g
+        # torch's fused Adam reads a gradient as dense memory: an expanded one (stride 0, e.g. the gradient of
+        # c * p.sum()) would be read past its one element. backward() makes it dense; a .grad set by hand must
+        p.grad = g if g.is_contiguous() else g.contiguous()
     optimizer.step()
 
 

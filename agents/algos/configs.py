@@ -11,14 +11,16 @@ import typing
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types
+from ..fields import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Bound, check_ranges, check_types, require
 
-__all__ = ["CONFIGS", "PRECISIONS", "AgentConfig", "DDPGConfig", "Precision", "SACConfig", "TD3Config", "TQCConfig",
-           "algo_name", "config_class", "config_fields"]
+__all__ = ["CONFIGS", "PRECISIONS", "AgentConfig", "DDPGConfig", "Precision", "ResetLayers", "SACConfig", "TD3Config",
+           "TQCConfig", "algo_name", "config_class", "config_fields"]
 
 Precision = Literal["fp32", "bf16", "auto"]
 """Valid values of [`AgentConfig.precision`][her_agents.algos.configs.AgentConfig.precision]."""
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+ResetLayers = Literal["last", "all"]
+"""Valid values of [`AgentConfig.reset_layers`][her_agents.algos.configs.AgentConfig.reset_layers]."""
 
 
 @dataclass
@@ -36,12 +38,33 @@ class AgentConfig:
     """Adam learning rate of the actor (> 0)."""
     critic_lr: float = 1e-3
     """Adam learning rate of the critic(s) (> 0)."""
+    actor_weight_decay: float = 0.0
+    """Decoupled weight decay (>= 0) of the actor's optimizer, AdamW (Loshchilov & Hutter 2019, "Decoupled Weight
+    Decay Regularization", ICLR, Algorithm 2): before each Adam step ``p <- p * (1 - actor_lr *
+    actor_weight_decay)``, torch.optim.AdamW's convention (the decay per step is ``lr * weight_decay``: 0.01 at lr
+    1e-3 shrinks a weight that has no gradient by 1e-5 a step). 0 (the default): plain Adam, as before."""
+    critic_weight_decay: float = 0.0
+    """Decoupled weight decay (>= 0) of the critics' optimizer, as ``actor_weight_decay`` with ``critic_lr``: a
+    brake on the critics' weights growing under many updates per env step. 0 (the default): plain Adam."""
     polyak: float = 0.95
     """Target update ``target = polyak * target + (1 - polyak) * online``, in ``[0, 1]``."""
     target_update_interval: int = 1
     """Polyak-update the targets every this many updates (>= 0; TD3: every ``policy_delay * interval``). 0 disables
     automatic target updates; the loop may then call ``agent.update_targets()`` itself (baselines HER: once per
     cycle of 40 updates); ``her-train``'s loop does not, so it refuses 0."""
+    reset_every: int = 0
+    """Re-initialize networks every this many updates (>= 0; 0, the default: never), against the primacy bias
+    (Nikishin et al. 2022, "The Primacy Bias in Deep Reinforcement Learning", ICML, Section 4: periodic resets of
+    the last layers, or of the whole agent, keeping the replay). After update ``k * reset_every`` the layers
+    ``reset_layers`` names of the actor and of every critic are drawn afresh (the constructors' distributions:
+    uniform in ``+-1/sqrt(fan_in)``, LayerNorm 1/0), their target copies take the new values, and their Adam
+    state (moments and step count) restarts at zero; SAC/TQC's temperature restarts at ``alpha`` with its Adam
+    state, as the paper's code builds a new agent (it does for its SAC and its DrQ resets alike). The
+    normalizers and the replay are kept. The draw is seeded by ``seed`` and the update count, so a resumed
+    run resets as the uninterrupted one."""
+    reset_layers: ResetLayers = "last"
+    """What ``reset_every`` re-initializes: ``"last"`` (the default), the output layer of the actor and of each
+    critic; ``"all"``, every layer of them (the paper's SAC on DMC states resets everything)."""
     q_clip: tuple[Bound, Bound] | None = None
     """Clip the TD target to ``[low, high]`` (``low <= high``; a side may be infinite), e.g. ``[-1/(1-gamma), 0]``
     for -1/0 rewards (gamma 0.98 -> -50); None (the default for an agent built directly): no clip, whatever the
@@ -101,7 +124,8 @@ class AgentConfig:
             "hidden": (lambda v: len(v) >= 1 and min(v) >= 1,
                        "a non-empty list of positive integers (hidden layer sizes must be positive)"),
             "actor_lr": POSITIVE, "critic_lr": POSITIVE, "polyak": UNIT_INTERVAL,
-            "target_update_interval": NON_NEGATIVE,
+            "actor_weight_decay": NON_NEGATIVE, "critic_weight_decay": NON_NEGATIVE,
+            "target_update_interval": NON_NEGATIVE, "reset_every": NON_NEGATIVE,
             "q_clip": (lambda v: v is None or v[0] <= v[1], "null or [low, high] with low <= high"),
             "noise_std": NON_NEGATIVE, "random_eps": UNIT_INTERVAL, "noise_beta": NON_NEGATIVE,
             "noise_horizon": AT_LEAST_ONE,
@@ -116,7 +140,16 @@ class TD3Config(AgentConfig):
     action_l2: float = 1.0
     """Weight (>= 0) of ``mean(a^2)`` (a = the actor's tanh output in ``[-1, 1]``) added to the actor loss."""
     n_critics: int = 2
-    """Number of critics (>= 1); the target is the min over all of them (see ``clipped_double_q``)."""
+    """Number of critics (>= 1); the target is the min over all of them (see ``clipped_double_q``), or over a random
+    subset (``target_subset``)."""
+    target_subset: int = 0
+    """REDQ's random subset (Chen et al. 2021, "Randomized Ensembled Double Q-Learning: Learning Fast Without a
+    Model", ICLR, Algorithm 1): ``M`` in ``[1, n_critics]`` makes each update's TD target bootstrap from
+    the minimum over ``M`` target critics drawn at random (without replacement, anew every update) out of the
+    ``n_critics``; 0 (the default) is the minimum over all of them, as before. Any other value also makes the
+    actor maximize the mean of all ``n_critics`` critics (REDQ's policy update) instead of ``Q_1``. Needs
+    ``clipped_double_q``. The draw is seeded by ``seed`` and the update count, so runs repeat and resume
+    exactly."""
     clipped_double_q: bool = True
     """The TD target bootstraps from the minimum over the target critics (clipped double Q-learning, Fujimoto et al.
     2018, Eq. 10); false: from their mean, a less pessimistic target while successes are rare."""
@@ -133,6 +166,10 @@ class TD3Config(AgentConfig):
         super().__post_init__()
         check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "policy_noise": NON_NEGATIVE,
                             "noise_clip": NON_NEGATIVE, "policy_delay": AT_LEAST_ONE})
+        check_target_subset(self)
+        require(self.clipped_double_q or not self.target_subset, "target_subset",
+                "0 with clipped_double_q false (the subset's minimum is the clipped double-Q target)",
+                self.target_subset)
 
 
 @dataclass
@@ -148,6 +185,7 @@ class DDPGConfig(AgentConfig):
     noise_clip: ClassVar[float] = 0.0
     policy_delay: ClassVar[int] = 1
     clipped_double_q: ClassVar[bool] = True  # over one critic: the critic itself
+    target_subset: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
         """Raises:
@@ -167,7 +205,18 @@ class SACConfig(AgentConfig):
     action_l2: float = 0.0
     """Weight (>= 0) of ``mean(a^2)`` on the sampled tanh action added to the actor loss."""
     n_critics: int = 2
-    """Number of critics (>= 1); the soft target and the actor use the min over all of them."""
+    """Number of critics (>= 1); the soft target and the actor use the min over all of them (but see
+    ``target_subset``)."""
+    target_subset: int = 0
+    """REDQ's random subset (Chen et al. 2021, "Randomized Ensembled Double Q-Learning: Learning Fast Without a
+    Model", ICLR, Algorithm 1): ``M`` in ``[1, n_critics]`` makes each update's soft TD target bootstrap
+    from the minimum over ``M`` target critics drawn at random (without replacement, anew every update) out of the
+    ``n_critics``; 0 (the default) is the minimum over all of them, as before. Any other value also makes the
+    actor maximize the mean of all ``n_critics`` critics (REDQ's policy update) instead of their minimum. REDQ
+    itself: 10 critics, a subset of 2, 20 critic updates per env step (``train.updates_per_step``) and one policy
+    update per env step (here the actor steps at every update). The draw is seeded by ``seed`` and the update
+    count, so runs repeat and resume exactly. TQC refuses it (its target truncates the pooled quantiles
+    instead)."""
     autotune: bool = True
     """Learn the temperature to reach ``target_entropy``; False keeps ``alpha`` fixed."""
     alpha: float = 0.2
@@ -188,6 +237,7 @@ class SACConfig(AgentConfig):
         check_ranges(self, {"action_l2": NON_NEGATIVE, "n_critics": AT_LEAST_ONE, "alpha": POSITIVE,
                             "alpha_lr": POSITIVE,
                             "log_std_min": (lambda v: v <= self.log_std_max, "<= log_std_max")})
+        check_target_subset(self)
 
 
 @dataclass
@@ -210,6 +260,15 @@ class TQCConfig(SACConfig):
             "n_quantiles": AT_LEAST_ONE,
             "top_quantiles_to_drop_per_net": (lambda v: 0 <= v < self.n_quantiles, ">= 0 and < n_quantiles"),
         })
+        require(self.target_subset == 0, "target_subset", "0 for TQC (its target drops the largest pooled "
+                "quantiles instead: top_quantiles_to_drop_per_net)", self.target_subset)
+
+
+def check_target_subset(config: TD3Config | SACConfig) -> None:
+    """Raises:
+        ValueError: ``target_subset`` outside ``[0, n_critics]`` (one line naming both)."""
+    require(0 <= config.target_subset <= config.n_critics, "target_subset",
+            f"0 (all critics) or in [1, n_critics] (n_critics is {config.n_critics})", config.target_subset)
 
 
 #: the registered algorithm names and their config dataclasses (the agent classes: ``registry.AGENTS``)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +20,7 @@ from torch import nn
 
 __all__ = [
     "DeterministicActor", "EnsembleCritic", "EnsembleLayerNorm", "EnsembleLinear", "Linear",
-    "SquashedGaussianActor", "full_precision", "mlp", "tanh_log_det_jacobian",
+    "SquashedGaussianActor", "full_precision", "mlp", "reinit_", "tanh_log_det_jacobian",
 ]
 
 LOG_2 = math.log(2.0)
@@ -75,6 +75,11 @@ class DeterministicActor(nn.Module):
         super().__init__()
         self.net = mlp(state_dim, action_dim, hidden, layer_norm)
 
+    @property
+    def head(self) -> nn.Module:
+        """The output layer (what ``agent.reset_layers: last`` re-initializes)."""
+        return self.net[-1]
+
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         return torch.tanh(full_precision(self.net(state)))
 
@@ -106,6 +111,11 @@ class SquashedGaussianActor(nn.Module):
         self.net = mlp(state_dim, 2 * action_dim, hidden, layer_norm)
         self.log_std_min = float(log_std_min)
         self.log_std_max = float(log_std_max)
+
+    @property
+    def head(self) -> nn.Module:
+        """The output layer of mean and log std (what ``agent.reset_layers: last`` re-initializes)."""
+        return self.net[-1]
 
     def distribution_params(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mu, log_std = full_precision(self.net(state)).chunk(2, dim=-1)
@@ -168,8 +178,9 @@ class EnsembleLinear(nn.Module):
     member), bias ``[n, 1, out]``.
 
     ``forward(x)``: input ``[B, in]`` (shared by all members) or ``[n, B, in]``, output ``[n, B, out]``.
-    ``forward(x, member=i)``: member ``i`` alone as a plain linear layer, ``[B, in] -> [B, out]``. Each member
-    is initialized like ``nn.Linear`` (uniform in ``+-1/sqrt(in)``).
+    ``forward(x, member=i)``: member ``i`` alone as a plain linear layer, ``[B, in] -> [B, out]``.
+    ``forward(x, members=idx)``: the ``m`` members of the int64 tensor ``idx [m]``, ``[B or m, B, in] -> [m, B,
+    out]``. Each member is initialized like ``nn.Linear`` (uniform in ``+-1/sqrt(in)``).
     """
 
     def __init__(self, n: int, in_features: int, out_features: int) -> None:
@@ -184,24 +195,28 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, member: int | None = None, members: torch.Tensor | None = None
+                ) -> torch.Tensor:
         if member is not None:
             # the bias added after the matmul, as in ``Linear``
             if self.n == 1:  # a view, whose backward is a view too (a select's backward fills a zero tensor)
                 return F.linear(x, self.weight.view(self.out_features, self.in_features)) + self.bias.view(-1)
             return F.linear(x, self.weight[member]) + self.bias[member, 0]
-        w = self.weight
+        w: torch.Tensor = self.weight
+        b: torch.Tensor = self.bias
+        if members is not None:
+            w, b = w.index_select(0, members), b.index_select(0, members)
         if x.dim() == 2:
             x = x.expand(w.shape[0], *x.shape)
-        return _EnsembleMatmul.apply(x, w) + self.bias
+        return _EnsembleMatmul.apply(x, w) + b
 
     def extra_repr(self) -> str:
         return f"n={self.n}, in_features={self.in_features}, out_features={self.out_features}"
 
 
 class EnsembleLayerNorm(nn.Module):
-    """LayerNorm over the last dim with a separate affine per member: input ``[n, B, d]``, or ``[B, d]`` for
-    ``member=i`` alone."""
+    """LayerNorm over the last dim with a separate affine per member: input ``[n, B, d]``, ``[B, d]`` for
+    ``member=i`` alone, ``[m, B, d]`` for the members of the int64 tensor ``members [m]``."""
 
     def __init__(self, n: int, d: int) -> None:
         super().__init__()
@@ -209,16 +224,22 @@ class EnsembleLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n, 1, d))
         self.bias = nn.Parameter(torch.zeros(n, 1, d))
 
-    def forward(self, x: torch.Tensor, member: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, member: int | None = None, members: torch.Tensor | None = None
+                ) -> torch.Tensor:
         if member is not None:
             return F.layer_norm(x, (self.d,), self.weight[member, 0], self.bias[member, 0])
+        if members is not None:
+            weight, bias = self.weight.index_select(0, members), self.bias.index_select(0, members)
+            return F.layer_norm(x, (self.d,)) * weight + bias
         return F.layer_norm(x, (self.d,)) * self.weight + self.bias
 
 
 class EnsembleCritic(nn.Module):
     """``n_critics`` Q-networks evaluated in one pass: ``(state [B, S], action [B, A]) -> Q [n_critics, B]``.
 
-    ``member=i`` evaluates only critic ``i`` (output ``[1, B]``), e.g. TD3's actor loss on ``Q_1``.
+    ``member=i`` evaluates only critic ``i`` (output ``[1, B]``), e.g. TD3's actor loss on ``Q_1``;
+    ``members=idx`` (int64 ``[m]``) only the critics ``idx`` (output ``[m, B]``), e.g. REDQ's random subset
+    (``agent.target_subset``).
     ``n_quantiles`` given (TQC): each critic outputs that many quantiles of the return, ``[n_critics, B,
     n_quantiles]`` (``[1, B, n_quantiles]`` for ``member=i``), also for one quantile.
     """
@@ -239,20 +260,53 @@ class EnsembleCritic(nn.Module):
         self.norms = nn.ModuleList(EnsembleLayerNorm(n_critics, o) for o in hidden) if layer_norm else None
         self.head = EnsembleLinear(n_critics, dims[-1], n_quantiles or 1)
 
-    def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None) -> torch.Tensor:
-        if member is None and self.n_critics == 1:
+    def forward(self, state: torch.Tensor, action: torch.Tensor, member: int | None = None,
+                members: torch.Tensor | None = None) -> torch.Tensor:
+        if member is None and members is None and self.n_critics == 1:
             member = 0  # one critic: plain 2-D layers, faster than a batched matmul of one
         elif member is not None and not 0 <= member < self.n_critics:
             raise IndexError(f"member must be in [0, {self.n_critics}), got {member}")
         h = torch.cat([state, action], dim=-1)
         for i, linear in enumerate(self.linears):
-            h = linear(h, member)
+            h = linear(h, member, members)
             if self.norms is not None:
-                h = self.norms[i](h, member)
+                h = self.norms[i](h, member, members)
             # in place (the matmul's backward needs its inputs, not this output) and never on a view: autograd
             # handles an in-place op on a view with a copy of the whole base
             h = h.relu_()
-        q = full_precision(self.head(h, member))
+        q = full_precision(self.head(h, member, members))
         if self.n_quantiles is None:
             q = q.squeeze(-1)
         return q if member is None else q.unsqueeze(0)
+
+
+def reinit_(modules: Iterable[nn.Module], generator: torch.Generator) -> list[nn.Parameter]:
+    """Draw the parameters of every layer in ``modules`` afresh, in place, from the distributions their
+    constructors use: a ``Linear``'s or ``EnsembleLinear``'s weight and bias uniform in ``+-1/sqrt(in_features)``
+    (``nn.Linear``'s ``kaiming_uniform_(a=sqrt(5))`` is that bound too), a LayerNorm's weight 1 and bias 0. The
+    draws come from ``generator`` (a CPU generator) and are copied onto the parameters' device, so that views of
+    the parameters (the numpy actor) and optimizers' references stay valid.
+
+    Returns:
+        The parameters drawn afresh.
+    Raises:
+        TypeError: a module with parameters of another kind of layer (no silent half reset).
+    """
+    done: list[nn.Parameter] = []
+    with torch.no_grad():
+        for module in modules:
+            for layer in module.modules():
+                own = list(layer.parameters(recurse=False))
+                if not own:
+                    continue
+                if isinstance(layer, (nn.Linear, EnsembleLinear)):
+                    bound = 1.0 / math.sqrt(layer.in_features)
+                    for p in own:
+                        p.copy_(torch.empty(p.shape, dtype=p.dtype).uniform_(-bound, bound, generator=generator))
+                elif isinstance(layer, (nn.LayerNorm, EnsembleLayerNorm)):
+                    layer.weight.fill_(1.0)
+                    layer.bias.zero_()
+                else:
+                    raise TypeError(f"reinit_ knows Linear and LayerNorm layers, got {type(layer).__name__}")
+                done.extend(own)
+    return done

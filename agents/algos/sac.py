@@ -3,7 +3,8 @@
 Squashed (tanh) Gaussian policy, twin critics as one batched ``EnsembleCritic``, soft target with the min
 of the twin target critics, learned temperature with target entropy ``-action_dim`` (or a fixed ``alpha``).
 Target Q clipped to ``q_clip`` like DDPG/TD3. Exploration is the policy's own sampling: ``noise_std`` and
-``random_eps`` default to 0 here.
+``random_eps`` default to 0 here. With ``target_subset`` (REDQ) the target's minimum runs over a random subset of
+the critics and the actor maximizes their mean.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from .base import GoalConditionedAgentBase, TensorBatch, td_target
-from .compiled import adam_step, freeze, make_adam
+from .compiled import adam_step, freeze, make_adam, reset_adam_state
 from .configs import SACConfig
 from .networks import EnsembleCritic, SquashedGaussianActor
 
@@ -54,8 +55,8 @@ class SACAgent(GoalConditionedAgentBase):
         ).to(self.device)
         self.critic = self._build_critic().to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr)
-        self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr)
+        self.actor_optim = make_adam(self.actor.parameters(), cfg.actor_lr, cfg.actor_weight_decay)
+        self.critic_optim = make_adam(self.critic.parameters(), cfg.critic_lr, cfg.critic_weight_decay)
         self.temperature = Temperature(cfg.alpha).to(self.device)
         self.temperature.requires_grad_(cfg.autotune)
         self.alpha_optim = make_adam(self.temperature.parameters(), cfg.alpha_lr)
@@ -82,22 +83,26 @@ class SACAgent(GoalConditionedAgentBase):
         b = self.batch_to_tensors(batch)
         self.num_updates += 1
         target_step = bool(cfg.target_update_interval) and self.num_updates % cfg.target_update_interval == 0
-        flat = self.compiled(self.train_step)(b, target_step)
-        return self.metrics_from_flat(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), flat)
+        flat = self.compiled(self.train_step)(b, target_step, self.target_subset())
+        metrics = self.metrics_from_flat(("critic_loss", "actor_loss", "q_mean", "alpha", "entropy"), flat)
+        if self.reset_due():
+            self.reset_networks()
+        return metrics
 
-    def train_step(self, b: TensorBatch, target_step: bool) -> torch.Tensor:
+    def train_step(self, b: TensorBatch, target_step: bool, subset: torch.Tensor | None = None) -> torch.Tensor:
         """SAC's update (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, Algorithm 1): a
-        critic step on the soft TD target, an actor step, with ``autotune`` a temperature step towards the target
-        entropy (Eq. 18), then with ``target_step`` the polyak update. Returns the ``flat_metrics`` of
-        ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``, ``alpha``, ``entropy`` and ``td_error [B]``. Run
-        eagerly or compiled (``compiled``)."""
+        critic step on the soft TD target (over the target critics ``subset``, ``target_subset``), an actor step,
+        with ``autotune`` a temperature step towards the target entropy (Eq. 18), then with ``target_step`` the
+        polyak update. Returns the ``flat_metrics`` of ``critic_loss / n_critics``, ``actor_loss``, ``q_mean``,
+        ``alpha``, ``entropy`` and ``td_error [B]``. Run eagerly or compiled (``compiled``)."""
         s = self.preprocess(b.observation, b.desired_goal)
         alpha = self.temperature.log_alpha.detach().exp()
-        critic_loss, reported_critic_loss, q_mean, td_error = self.critic_loss(b, s, alpha)
-        adam_step(self.critic_optim, critic_loss, self.whole_update_ok)
+        critic_loss, reported_critic_loss, q_mean, td_error = self.critic_loss(b, s, alpha, subset)
+        same = self.adam_same_steps
+        adam_step(self.critic_optim, critic_loss, self.whole_update_ok, same)
         freeze(self.params(self.critic), True)
         actor_loss, log_prob = self.actor_loss(s, alpha)
-        adam_step(self.actor_optim, actor_loss, self.whole_update_ok)
+        adam_step(self.actor_optim, actor_loss, self.whole_update_ok, same)
         freeze(self.params(self.critic), False)
         log_prob = log_prob.detach()
         if self.config.autotune:  # drive the entropy -E[log pi] towards target_entropy
@@ -107,16 +112,18 @@ class SACAgent(GoalConditionedAgentBase):
             self.update_targets()
         return self.flat_metrics([reported_critic_loss, actor_loss, q_mean, alpha, -log_prob.mean()], td_error)
 
-    def critic_loss(self, b: TensorBatch, s: torch.Tensor, alpha: torch.Tensor
+    def critic_loss(self, b: TensorBatch, s: torch.Tensor, alpha: torch.Tensor, subset: torch.Tensor | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, reported loss, Q mean, td_error [B])`` of the soft TD step:
-        ``y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi``."""
+        ``y = r + discount * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))``, ``a' ~ pi``, the
+        minimum over the target critics ``subset`` (int64 ``[M]``, REDQ's target, Chen et al. 2021, Algorithm 1), or all of
+        them (None)."""
         cfg = self.config
         with torch.no_grad():
             s_next = self.preprocess(b.next_observation, b.desired_goal)
             with self.autocast():
                 a_next, log_prob_next = self.actor(s_next)
-                q_next = self.critic_target(s_next, a_next).min(0).values  # [B] float32
+                q_next = self.target_critics(s_next, a_next, subset).min(0).values  # [B] float32
             q_next = q_next - alpha * log_prob_next
             y = td_target(b.reward, b.discount, b.terminated, q_next, cfg.q_clip)
         loss, q, td_error = self.critic_regression(b, s, y)
@@ -132,8 +139,20 @@ class SACAgent(GoalConditionedAgentBase):
         return loss, log_prob
 
     def _actor_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """The value the actor maximizes, ``min_i Q_i(s, a)`` ``[B]``."""
-        return self.critic(state, action).min(0).values
+        """The value the actor maximizes, ``min_i Q_i(s, a)`` ``[B]``; with ``target_subset``, REDQ's
+        ``mean_i Q_i(s, a)`` over all critics (Chen et al. 2021, Algorithm 1's policy update)."""
+        q = self.critic(state, action)
+        return q.mean(0) if self.config.target_subset else q.min(0).values
+
+    def reset_networks(self) -> list[torch.Tensor]:
+        """The base's reset (``reset_layers`` of the actor and the critics), and the temperature back at
+        ``alpha`` with its Adam state restarted: the reference code's reset builds a new agent, temperature
+        included."""
+        fresh = super().reset_networks()
+        with torch.no_grad():
+            self.temperature.log_alpha.fill_(math.log(self.config.alpha))
+        reset_adam_state(self.alpha_optim, [self.temperature.log_alpha])
+        return [*fresh, self.temperature.log_alpha]
 
     def _target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.critic_target, self.critic)]

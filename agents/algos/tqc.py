@@ -65,10 +65,11 @@ class TQCAgent(SACAgent):
         return EnsembleCritic(self.state_dim, self.action_dim, cfg.hidden, cfg.n_critics, cfg.layer_norm,
                               n_quantiles=cfg.n_quantiles)
 
-    def critic_loss(self, b: TensorBatch, state: torch.Tensor, alpha: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def critic_loss(self, b: TensorBatch, state: torch.Tensor, alpha: torch.Tensor,
+                    subset: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Target atoms ``y_k = r + discount * (1 - terminated) * (z_(k)(s', a') - alpha log pi(a'|s'))`` for the
-        ``N * (M - d)`` smallest pooled target atoms ``z_(k)``, each clipped to ``q_clip``."""
+        ``N * (M - d)`` smallest pooled target atoms ``z_(k)``, each clipped to ``q_clip``. ``subset`` is always
+        None here (``TQCConfig`` refuses ``target_subset``)."""
         cfg = self.config
         n, m = cfg.n_critics, cfg.n_quantiles
         with torch.no_grad():

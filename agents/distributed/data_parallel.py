@@ -65,6 +65,7 @@ import datetime
 import gc
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -106,9 +107,13 @@ class DataParallelAgent:
     [`DistContext.before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates] to merge across
     ranks."""
 
-    def __init__(self, agent: Agent, deltas: dict[str, list[np.ndarray]]) -> None:
+    def __init__(self, agent: Agent, deltas: dict[str, list[np.ndarray]],
+                 sync_networks: Callable[[Agent], None] | None = None) -> None:
         self.agent = agent
         self.deltas = deltas
+        self.sync_networks = sync_networks
+        """Called after an update the agent followed with a reset (``agent.reset_every``): the ranks drew their
+        new layers from their own seeds, rank 0's go to all (``DistContext.broadcast_networks``)."""
 
     @property
     def obs_normalizer(self) -> RunningNormalizer:
@@ -141,7 +146,11 @@ class DataParallelAgent:
         return self.agent.value(observation, desired_goal)
 
     def update(self, batch: Any) -> dict[str, float | np.ndarray]:
-        return self.agent.update(batch)
+        metrics = self.agent.update(batch)
+        if (self.sync_networks is not None and isinstance(self.agent, GoalConditionedAgentBase)
+                and self.agent.reset_due()):
+            self.sync_networks(self.agent)
+        return metrics
 
     def update_normalizer(self, observation: np.ndarray, desired_goal: np.ndarray) -> None:
         for name, x in (("obs_normalizer", observation), ("goal_normalizer", desired_goal)):
@@ -228,10 +237,7 @@ class DistContext(LoopHooks):
         returned [`DataParallelAgent`][her_agents.distributed.data_parallel.DataParallelAgent] records normalizer
         statistics for [`before_updates`][her_agents.distributed.data_parallel.DistContext.before_updates]."""
         self.agent = agent
-        with torch.no_grad():
-            for module in agent.networks().values():
-                for t in list(module.parameters()) + list(module.buffers()):
-                    self.comm.broadcast_(t)
+        self.broadcast_networks(agent)
         for name in NORMALIZERS:
             norm = getattr(agent, name)
             norm.load_state_dict(self.share(norm.state_dict()))
@@ -240,7 +246,14 @@ class DistContext(LoopHooks):
             agent.whole_update_ok = False  # optimizer.step(), which a whole-update graph skips
         for opt in agent.optimizers().values():
             self._hooks.append(opt.register_step_pre_hook(self._average_gradients))
-        return DataParallelAgent(agent, self._pending)
+        return DataParallelAgent(agent, self._pending, self.broadcast_networks)
+
+    def broadcast_networks(self, agent: Agent) -> None:
+        """Rank 0's parameters and buffers of every network of ``agent`` on all ranks, in place."""
+        with torch.no_grad():
+            for module in agent.networks().values():
+                for t in list(module.parameters()) + list(module.buffers()):
+                    self.comm.broadcast_(t)
 
     def _average_gradients(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
