@@ -28,3 +28,11 @@ def test_mypy_checks_every_product_package():
     assert sorted(mypy["files"]) == ["agents", "envs", "her"]
     assert (ROOT / mypy["mypy_path"] / "her_envs" / "__init__.pyi").is_file()
     assert "\nmypy\n" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_no_product_module_is_over_500_lines():
+    """Each module of the product packages fits in 500 lines (split by concern above that)."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+             for package in ("her", "agents", "envs") for p in (ROOT / package).rglob("*.py")}
+    assert len(sizes) > 50
+    assert {name: n for name, n in sizes.items() if n > 500} == {}
