@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import pickle
 import shutil
@@ -39,14 +40,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Each test compiles as a fresh process does: Dynamo keeps the cache entries of one code object (the
-    ``train_step`` DDPG and TD3 share) for agents long freed, and they count against its recompile limit (8), past
-    which a warm agent's guard-skipping call raises."""
-    torch._dynamo.reset()
 
 
 def make_batch(batch_size: int = 32, seed: int = 0, terminated: bool = False) -> SimpleNamespace:
@@ -645,6 +638,42 @@ def test_compiled_update_skips_guards_and_follows_a_loaded_state(algo, extra):
     for name, net in warm.networks().items():
         for k, t in net.state_dict().items():
             torch.testing.assert_close(t, eager.networks()[name].state_dict()[k], rtol=1e-4, atol=1e-5)
+
+
+@NEEDS_CXX
+@pytest.mark.parametrize("algo", ALGOS)
+def test_many_compiled_agents_in_one_process(algo):
+    """Ten compiled agents of one algorithm, one after the other in one process (as ``her-tune``'s trials): each
+    compiles its own update, freed agents' variants do not count against Dynamo's ``recompile_limit`` (8) on the
+    ``train_step`` the agents share, and the guard-skipping calls of the later agents run (they raised
+    "Recompilation triggered with skip_guard_eval_unsafe stance" from the 5th DDPG/TD3 agent on)."""
+    extra = {"policy_delay": 2} if algo == "td3" else {}
+    for i in range(10):
+        agent = make_agent(algo, OBS, GOAL, ACT, compile=True, hidden=(16,), device="cpu", seed=i, **extra)
+        for k in range(4):  # TD3: with and without the actor step, each twice (the second call skips guards)
+            metrics = agent.update(make_batch(32, seed=k))
+        step = agent.compiled(agent.train_step)
+        assert step.compiled_ok and step.skip_guards, i
+        assert np.isfinite(metrics["critic_loss"])
+        del agent, step
+        gc.collect()  # freed as a finished trial's agent is
+
+
+@NEEDS_CXX
+def test_compiled_agent_past_the_recompile_limit_checks_every_guard(monkeypatch):
+    """An agent whose update reaches Dynamo's ``recompile_limit`` (lowered to 1 here: TD3's update without and
+    with the actor step are two variants) runs the variant left without a compiled entry eagerly, checking every
+    guard from then on: a guard-skipping call would run the other variant's graph in its place (the actor would
+    not move in its steps)."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    agent = make_agent("td3", OBS, GOAL, ACT, compile=True, hidden=(16,), device="cpu", policy_delay=2)
+    for k in range(6):
+        before = [p.detach().clone() for p in agent.actor.parameters()]
+        agent.update(make_batch(32, seed=k))
+        moved = any(not torch.equal(b, p) for b, p in zip(before, agent.actor.parameters()))
+        assert moved == (agent.num_updates % 2 == 0), agent.num_updates  # the actor steps every second update
+    step = agent.compiled(agent.train_step)
+    assert step.compiled_ok and not step.skip_guards
 
 
 @NEEDS_CXX
