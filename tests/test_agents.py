@@ -707,18 +707,18 @@ def test_many_compiled_agents_in_one_process(algo):
 
 
 @NEEDS_CXX
-def test_compiled_agent_past_the_recompile_limit_checks_every_guard(monkeypatch):
+def test_compiled_agent_past_the_recompile_limit_checks_every_guard():
     """An agent whose update reaches Dynamo's ``recompile_limit`` (lowered to 1 here: TD3's update without and
     with the actor step are two variants) runs the variant left without a compiled entry eagerly, checking every
     guard from then on: a guard-skipping call would run the other variant's graph in its place (the actor would
     not move in its steps)."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     agent = make_agent("td3", OBS, GOAL, ACT, compile=True, hidden=(16,), device="cpu", policy_delay=2)
-    for k in range(6):
-        before = [p.detach().clone() for p in agent.actor.parameters()]
-        agent.update(make_batch(32, seed=k))
-        moved = any(not torch.equal(b, p) for b, p in zip(before, agent.actor.parameters()))
-        assert moved == (agent.num_updates % 2 == 0), agent.num_updates  # the actor steps every second update
+    with torch._dynamo.config.patch(recompile_limit=1):  # (pytest's monkeypatch deletes a config key on undo)
+        for k in range(6):
+            before = [p.detach().clone() for p in agent.actor.parameters()]
+            agent.update(make_batch(32, seed=k))
+            moved = any(not torch.equal(b, p) for b, p in zip(before, agent.actor.parameters()))
+            assert moved == (agent.num_updates % 2 == 0), agent.num_updates  # the actor steps every second update
     step = agent.compiled(agent.train_step)
     assert step.compiled_ok and not step.skip_guards
 
