@@ -139,8 +139,8 @@ def freeze(params: list[torch.Tensor], frozen: bool) -> None:
 def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (a function or a bound method) with a copy of its code object: the same behaviour, globals, defaults
     and closure, but a code object of its own, hence a Dynamo cache of its own (``torch.compile`` keeps the compiled
-    variants, their guards and their recompile count on the code object), freed with the returned function. Any
-    other callable is returned as is."""
+    variants, their guards and their recompile count on the code object) held by the returned function. Any other
+    callable is returned as is."""
     bound = fn.__self__ if isinstance(fn, types.MethodType) else None
     func = fn.__func__ if isinstance(fn, types.MethodType) else fn
     if not isinstance(func, types.FunctionType):

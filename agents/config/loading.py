@@ -221,7 +221,7 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
 
     Overrides may change e.g. ``train.total_env_steps``, ``train.eval_every``, ``train.eval_episodes``,
     ``env.eval_envs``, ``log.*`` and the agent's learning rates and weight decay (the resumed agent keeps its
-    config's, [`load_state_dict`][her_agents.algos.agent_state.AgentStateMixin.load_state_dict]); the keys in
+    config's: the agent's ``load_state_dict`` loads learned state, not settings); the keys in
     ``RESUME_FROZEN``, ``log.run_dir`` and, for a run with rare-state starts, ``env.rare_state_cell`` cannot
     change.
 
