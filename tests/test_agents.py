@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import pickle
 import shutil
@@ -39,14 +40,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Each test compiles as a fresh process does: Dynamo keeps the cache entries of one code object (the
-    ``train_step`` DDPG and TD3 share) for agents long freed, and they count against its recompile limit (8), past
-    which a warm agent's guard-skipping call raises."""
-    torch._dynamo.reset()
 
 
 def make_batch(batch_size: int = 32, seed: int = 0, terminated: bool = False) -> SimpleNamespace:
@@ -545,6 +538,53 @@ def test_state_dict_round_trip(algo):
 
 
 @pytest.mark.parametrize("algo", ALGOS)
+def test_loaded_state_keeps_the_configs_learning_rates_weight_decay_and_normalizer_settings(algo):
+    """A state saved at one set of settings, loaded into an agent built with others (a run resumed with
+    ``agent.critic_lr=...``): the optimizers' param groups and the normalizers keep the loading agent's settings,
+    the Adam moments and statistics are the state's (the settings of the saved groups were loaded before)."""
+    torch.manual_seed(0)
+    agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
+    batch = make_batch(16)
+    agent.update_normalizer(batch.observation * 3 + 1, batch.desired_goal)
+    for _ in range(2):
+        agent.update(batch)
+    state = pickle.loads(pickle.dumps(agent.state_dict()))
+    lrs = {"actor_lr": 2e-4, "critic_lr": 3e-4, **({"alpha_lr": 5e-5} if algo in STOCHASTIC else {})}
+    other = make_agent(algo, OBS, GOAL, ACT, **lrs, actor_weight_decay=0.01, critic_weight_decay=0.02,
+                       norm_eps=0.05, norm_clip_obs=50.0, norm_clip_range=3.0, **SMALL)
+    other.load_state_dict(state)
+    want = {"actor_optim": (2e-4, 0.01), "critic_optim": (3e-4, 0.02), "alpha_optim": (5e-5, 0.0)}
+    assert other.optimizers().keys() == agent.optimizers().keys()
+    for name, opt in other.optimizers().items():
+        (group,) = opt.param_groups
+        lr, decay = want[name]
+        assert (group["lr"], group["weight_decay"], group["decoupled_weight_decay"]) == (lr, decay, bool(decay)), name
+        for p, q in zip(opt.param_groups[0]["params"], agent.optimizers()[name].param_groups[0]["params"]):
+            torch.testing.assert_close(opt.state[p]["exp_avg"], agent.optimizers()[name].state[q]["exp_avg"])
+    for name in ("obs_normalizer", "goal_normalizer"):
+        norm, saved = getattr(other, name), getattr(agent, name)
+        assert (norm.eps, norm.clip_obs, norm.clip_range) == (0.05, 50.0, 3.0)
+        np.testing.assert_array_equal(norm.mean, saved.mean)
+    assert other.update(batch)["critic_loss"] > 0  # the loaded state trains on at its own settings
+
+
+def test_loaded_sac_state_keeps_a_learned_temperature_unless_the_config_fixes_or_changes_it():
+    batch = make_batch(16)
+    agent = make_agent("sac", OBS, GOAL, ACT, alpha=0.2, alpha_lr=0.05, **SMALL)
+    for _ in range(3):
+        agent.update(batch)
+    learned = agent.alpha
+    assert learned != pytest.approx(0.2)
+    state = agent.state_dict()
+    for kwargs, alpha in (({"alpha": 0.2}, learned),  # autotune, same alpha: the learned temperature goes on
+                          ({"alpha": 0.05}, 0.05),  # autotune, another alpha (a resume with agent.alpha=0.05)
+                          ({"alpha": 0.2, "autotune": False}, 0.2)):  # a fixed temperature is the config's
+        other = make_agent("sac", OBS, GOAL, ACT, **kwargs, **SMALL)
+        other.load_state_dict(state)
+        assert other.alpha == pytest.approx(alpha), kwargs
+
+
+@pytest.mark.parametrize("algo", ALGOS)
 def test_agent_protocol_networks_optimizers_and_policy_state(algo):
     """What the loop, the data-parallel wrapper and the actor-learner use: the ``Agent`` protocol, the networks
     and optimizers by name, and the policy state an actor loads (acting identically afterwards)."""
@@ -645,6 +685,42 @@ def test_compiled_update_skips_guards_and_follows_a_loaded_state(algo, extra):
     for name, net in warm.networks().items():
         for k, t in net.state_dict().items():
             torch.testing.assert_close(t, eager.networks()[name].state_dict()[k], rtol=1e-4, atol=1e-5)
+
+
+@NEEDS_CXX
+@pytest.mark.parametrize("algo", ALGOS)
+def test_many_compiled_agents_in_one_process(algo):
+    """Ten compiled agents of one algorithm, one after the other in one process (as ``her-tune``'s trials): each
+    compiles its own update, freed agents' variants do not count against Dynamo's ``recompile_limit`` (8) on the
+    ``train_step`` the agents share, and the guard-skipping calls of the later agents run (they raised
+    "Recompilation triggered with skip_guard_eval_unsafe stance" from the 5th DDPG/TD3 agent on)."""
+    extra = {"policy_delay": 2} if algo == "td3" else {}
+    for i in range(10):
+        agent = make_agent(algo, OBS, GOAL, ACT, compile=True, hidden=(16,), device="cpu", seed=i, **extra)
+        for k in range(4):  # TD3: with and without the actor step, each twice (the second call skips guards)
+            metrics = agent.update(make_batch(32, seed=k))
+        step = agent.compiled(agent.train_step)
+        assert step.compiled_ok and step.skip_guards, i
+        assert np.isfinite(metrics["critic_loss"])
+        del agent, step
+        gc.collect()  # freed as a finished trial's agent is
+
+
+@NEEDS_CXX
+def test_compiled_agent_past_the_recompile_limit_checks_every_guard():
+    """An agent whose update reaches Dynamo's ``recompile_limit`` (lowered to 1 here: TD3's update without and
+    with the actor step are two variants) runs the variant left without a compiled entry eagerly, checking every
+    guard from then on: a guard-skipping call would run the other variant's graph in its place (the actor would
+    not move in its steps)."""
+    agent = make_agent("td3", OBS, GOAL, ACT, compile=True, hidden=(16,), device="cpu", policy_delay=2)
+    with torch._dynamo.config.patch(recompile_limit=1):  # (pytest's monkeypatch deletes a config key on undo)
+        for k in range(6):
+            before = [p.detach().clone() for p in agent.actor.parameters()]
+            agent.update(make_batch(32, seed=k))
+            moved = any(not torch.equal(b, p) for b, p in zip(before, agent.actor.parameters()))
+            assert moved == (agent.num_updates % 2 == 0), agent.num_updates  # the actor steps every second update
+    step = agent.compiled(agent.train_step)
+    assert step.compiled_ok and not step.skip_guards
 
 
 @NEEDS_CXX

@@ -230,6 +230,8 @@ def test_resume_of_a_run_with_a_partial_agent_section():
     (["agent.hidden=[256,256,256]"], "agent.hidden cannot change on --resume: the run has [16], got [256, 256, 256]"),
     (["algo=sac"], "algo cannot change on --resume: the run has 'ddpg', got 'sac'"),
     (["agent.layer_norm=maybe"], "agent.layer_norm must be true or false, got 'maybe' (str)"),
+    # the checkpoint's RNGs continue: a new seed would be recorded and not used
+    (["train.seed=3"], "train.seed cannot change on --resume: the run has 0, got 3 (the run's random streams"),
 ])
 def test_resume_refuses_frozen_and_bad_agent_values(overrides, expect):
     with pytest.raises(ValueError) as info:
@@ -241,6 +243,19 @@ def test_resume_agent_defaults_count_as_the_runs_values():
     assert _agent(resume_config(_saved(), ["agent.hidden=[256,256,256]"]))["hidden"] == (256, 256, 256)
     with pytest.raises(ValueError, match=r"agent.n_critics cannot change on --resume: the run has 2, got 3"):
         resume_config({**_saved(), "algo": "td3"}, ["agent.n_critics=3"])
+    with pytest.raises(ValueError, match=r"agent.n_quantiles cannot change on --resume: the run has 25, got 10"):
+        resume_config({**_saved(), "algo": "tqc"}, ["agent.n_quantiles=10"])  # the critics' output size
+
+
+def test_resume_takes_other_learning_rates_and_freezes_the_rare_state_cell_of_a_run_with_an_archive():
+    cfg = resume_config(_saved(), ["agent.critic_lr=3e-4", "agent.actor_weight_decay=0.01", "env.rare_state_cell=0.1"])
+    assert (cfg.agent.critic_lr, cfg.agent.actor_weight_decay, cfg.env.rare_state_cell) == (3e-4, 0.01, 0.1)
+    saved = _saved()
+    saved["env"]["rare_state_start"] = 0.2
+    with pytest.raises(ValueError, match=r"^env.rare_state_cell cannot change on --resume: the run has 0.05, got 0.1 "
+                                         r"\(the run's archive of rare states is binned by it"):
+        resume_config(saved, ["env.rare_state_cell=0.1"])
+    assert resume_config(saved, ["env.rare_state_start=0.5"]).env.rare_state_start == 0.5
 
 
 def test_sections_check_their_own_values_when_built_directly():

@@ -554,6 +554,34 @@ def test_a_format_0_checkpoint_without_its_later_entries_resumes(tmp_path):
     assert load_checkpoint(run_dir)["counters"]["env_steps"] == 150
 
 
+def test_resume_with_another_learning_rate_and_weight_decay_trains_and_records_them(tmp_path):
+    """``her-train --resume RUN agent.critic_lr=...``: the resumed optimizers step at the override (loading their
+    state brought back the checkpoint's learning rate and weight decay, which the run then kept, silently), and the
+    run's ``config.yaml`` and checkpoint record it."""
+    import yaml
+
+    from her_agents.cli import train_main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("checkpoint.pt", "config.yaml", "metrics.csv"):
+        (run_dir / name).write_bytes((OLD_RUN / name).read_bytes())
+    before = load_checkpoint(run_dir)["agent"]
+    assert before["critic_optim"]["param_groups"][0]["lr"] == 1e-3
+    # the checkpoint has no replay file: updates resume once the replay holds a batch again
+    assert train_main(["--resume", str(run_dir), "train.total_env_steps=200", "train.eval_every=100",
+                       "agent.critic_lr=3e-4", "agent.actor_weight_decay=0.01"]) == 0
+    state = load_checkpoint(run_dir)
+    assert state["agent"]["num_updates"] > before["num_updates"]  # updates ran after the resume
+    (critic,) = state["agent"]["critic_optim"]["param_groups"]
+    (actor,) = state["agent"]["actor_optim"]["param_groups"]
+    assert (critic["lr"], critic["weight_decay"]) == (3e-4, 0.0)
+    assert (actor["lr"], actor["weight_decay"], actor["decoupled_weight_decay"]) == (1e-3, 0.01, True)
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())["agent"]
+    assert (saved["critic_lr"], saved["actor_weight_decay"]) == (3e-4, 0.01)
+    assert state["config"]["agent"]["critic_lr"] == 3e-4
+
+
 def test_write_atomic_refuses_a_path_that_is_not_a_regular_file(tmp_path):
     from her_agents.run.checkpoint import write_atomic
 

@@ -599,6 +599,7 @@ def test_diverging_networks_stop_the_run_in_one_line_and_keep_the_last_good_chec
     (line,) = err.strip().splitlines()
     assert line.startswith("her-train: error: the networks diverged (")
     assert f"lower agent.actor_lr, agent.critic_lr (now {float(lr):g}, {float(lr):g}) and start a new run" in line
+    assert f"or continue the last checkpoint with them lowered (`her-train --resume {run_dir} agent.critic_lr=" in line
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["counters"]["env_steps"] >= 100
     assert f"the last checkpoint ({state['counters']['env_steps']} env steps) is kept in {run_dir}" in line

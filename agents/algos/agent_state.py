@@ -12,7 +12,11 @@ from torch import nn
 
 from .normalizer import RunningNormalizer
 
-__all__ = ["AgentStateMixin"]
+__all__ = ["OPTIMIZER_SETTINGS", "AgentStateMixin"]
+
+#: the keys of an optimizer's param group that come from the agent's config (``make_adam``), kept when a state is
+#: loaded (``AgentStateMixin.load_state_dict``)
+OPTIMIZER_SETTINGS = ("lr", "weight_decay", "decoupled_weight_decay")
 
 
 class AgentStateMixin:
@@ -87,11 +91,24 @@ class AgentStateMixin:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load ``state_dict`` (of an agent of the same algorithm and sizes)."""
+        """Load ``state_dict`` (of an agent of the same algorithm and sizes): the learned state (networks,
+        targets, the optimizers' moments and step counts, the normalizers' statistics, the update count, the
+        exploration RNG). The settings stay this agent's, i.e. its config's: the optimizers' ``OPTIMIZER_SETTINGS``
+        (``actor_lr``, ``critic_lr``, ``alpha_lr``, ``actor_weight_decay``, ``critic_weight_decay``) and the
+        normalizers' ``norm_eps``, ``norm_clip_obs``, ``norm_clip_range``, so that a run resumed with another
+        value (``her-train --resume RUN agent.critic_lr=...``) goes on with it."""
         for k, v in self._checkpoint_items().items():
-            v.load_state_dict(state[k])
-        self.obs_normalizer.load_state_dict(state["obs_normalizer"])
-        self.goal_normalizer.load_state_dict(state["goal_normalizer"])
+            if isinstance(v, torch.optim.Optimizer):
+                settings = [{key: group[key] for key in OPTIMIZER_SETTINGS if key in group}
+                            for group in v.param_groups]
+                v.load_state_dict(state[k])  # its param groups are the state's, settings included
+                for group, own in zip(v.param_groups, settings, strict=True):
+                    group.update(own)
+            else:
+                v.load_state_dict(state[k])
+        for name, normalizer in (("obs_normalizer", self.obs_normalizer), ("goal_normalizer", self.goal_normalizer)):
+            normalizer.load_state_dict({**state[name], "eps": normalizer.eps, "clip_obs": normalizer.clip_obs,
+                                        "clip_range": normalizer.clip_range})
         self.num_updates = int(state["num_updates"])
         if "rng" in state:
             self.rng.bit_generator.state = state["rng"]

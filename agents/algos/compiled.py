@@ -8,14 +8,16 @@ is ``adam_step``: the loss's gradients by ``torch.autograd.grad``, then ``torch.
 
 from __future__ import annotations
 
+import types
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
+from torch._dynamo.exc import FailOnRecompileLimitHit
 
-__all__ = ["CompiledOrEager", "adam_step", "freeze", "init_adam_state", "make_adam", "reset_adam_state"]
+__all__ = ["CompiledOrEager", "adam_step", "freeze", "init_adam_state", "make_adam", "own_code", "reset_adam_state"]
 
 
 def make_adam(params: Iterable[nn.Parameter] | Iterable[torch.Tensor], lr: float,
@@ -134,6 +136,23 @@ def freeze(params: list[torch.Tensor], frozen: bool) -> None:
         p.requires_grad_(not frozen)
 
 
+def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a function or a bound method) with a copy of its code object: the same behaviour, globals, defaults
+    and closure, but a code object of its own, hence a Dynamo cache of its own (``torch.compile`` keeps the compiled
+    variants, their guards and their recompile count on the code object) held by the returned function. Any other
+    callable is returned as is."""
+    bound = fn.__self__ if isinstance(fn, types.MethodType) else None
+    func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if not isinstance(func, types.FunctionType):
+        return fn
+    copy = types.FunctionType(func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__,
+                              func.__closure__)
+    copy.__kwdefaults__, copy.__qualname__, copy.__module__ = func.__kwdefaults__, func.__qualname__, func.__module__
+    copy.__doc__, copy.__annotations__ = func.__doc__, func.__annotations__
+    copy.__dict__.update(func.__dict__)
+    return copy if bound is None else types.MethodType(copy, bound)
+
+
 class CompiledOrEager:
     """``torch.compile(fn)``, falling back to ``fn`` for good when the first call fails to compile (no C++ compiler,
     an unsupported backend): one ``RuntimeWarning`` naming the function and the error, then eager calls. An error
@@ -157,6 +176,16 @@ class CompiledOrEager:
     variant is compiled with every guard checked. Safe for a one-graph update because every tensor it reads (parameters, optimizer state, normalizer statistics, the batch)
     is fetched anew at each call and keeps its shape and dtype, and the settings it reads are fixed at
     construction (tests/test_agents.py checks a reloaded state).
+
+    Each wrapper compiles its own copy of ``fn``'s code object (``own_code``): Dynamo keeps its compiled variants
+    and guards on the code object, so without the copy every agent of a class would add its variants to the one
+    ``train_step`` code object, the variants of freed agents would count against ``recompile_limit`` (8) there,
+    and past it a new agent would run eagerly, then fail in its guard-skipping call ("Recompilation triggered with
+    skip_guard_eval_unsafe stance"). With the copy an agent's variants are its own and go with it. Should one
+    agent still reach the limit (a lowered ``recompile_limit``), or a guard-skipping call find no entry that fits,
+    the wrapper checks every guard from then on (Dynamo runs eagerly what it has no entry for): with one entry
+    per variant no guard tells a variant without an entry from one with, and a guard-skipping call would run
+    the other's graph.
     """
 
     def __init__(self, fn: Callable[..., Any], name: str, mode: str | None = None, cpp_wrapper: bool = False,
@@ -170,20 +199,36 @@ class CompiledOrEager:
         kwargs: dict[str, Any] = {"mode": self.mode} if self.mode else {}
         if cpp_wrapper:
             kwargs["options"] = {"cpp_wrapper": True}
-        compiled = torch.compile(self.fn, dynamic=False, **kwargs)
+        compiled = torch.compile(own_code(self.fn), dynamic=False, **kwargs)
         # the fast path (compiled variants only, guards skipped) calls it without the config patch, which costs
         # about 10 us a call and matters only while tracing
         self._unpatched = compiled
-        return torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
+        # past Dynamo's recompile limit a new variant would run eagerly with no entry of its own, and a later
+        # guard-skipping call would run another variant's graph in its place: the limit raises instead (__call__)
+        return torch._dynamo.config.patch(trace_autograd_ops=True, fail_on_recompile_limit_hit=True)(compiled)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         variant = tuple(a for a in args if isinstance(a, bool))  # TD3's step with or without the actor, ...
         if self.compiled_ok:
             if self.skip_guards and variant in self._variants:
                 # only the guards that tell the compiled variants apart run
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                    return self._unpatched(*args, **kwargs)
-            out = self._compiled(*args, **kwargs)  # every guard checked: compiles a new variant
+                try:
+                    with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                        return self._unpatched(*args, **kwargs)
+                except RuntimeError as exc:
+                    # raised before the call runs: no entry fits any more (e.g. a guarded network was replaced
+                    # and its entry invalidated); every guard is checked from now on
+                    if "skip_guard_eval_unsafe" not in str(exc):
+                        raise
+                    self.skip_guards = False
+            try:
+                out = self._compiled(*args, **kwargs)  # every guard checked: compiles a new variant
+            except FailOnRecompileLimitHit:
+                # raised before the call runs; from now on every guard is checked and Dynamo runs the variants
+                # it has no entry for eagerly (with its own warning)
+                self.skip_guards = False
+                self._compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(self._unpatched)
+                return self._compiled(*args, **kwargs)
             self._variants.add(variant)
             return out
         if self.compiled_ok is False:

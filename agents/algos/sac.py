@@ -154,6 +154,16 @@ class SACAgent(GoalConditionedAgentBase):
         reset_adam_state(self.alpha_optim, [self.temperature.log_alpha])
         return [*fresh, self.temperature.log_alpha]
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The base's load, and the temperature as the config has it: fixed at ``alpha`` without ``autotune``;
+        with it, the state's learned temperature, or a restart at ``alpha`` where the state's config had another
+        (a run resumed with ``agent.alpha=...``)."""
+        super().load_state_dict(state)
+        saved_alpha = state.get("config", {}).get("alpha", self.config.alpha)
+        if not self.config.autotune or saved_alpha != self.config.alpha:
+            with torch.no_grad():
+                self.temperature.log_alpha.fill_(math.log(self.config.alpha))
+
     def _target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.critic_target, self.critic)]
 

@@ -201,9 +201,16 @@ def _dotlist(overrides: list[str]) -> DictConfig:
     return OmegaConf.from_dotlist(overrides)
 
 
-#: settings a resumed run cannot change: its networks, replay layout and env would no longer match the checkpoint
+#: settings a resumed run cannot change: its networks, replay layout and env would no longer match the checkpoint,
+#: or (``train.seed``) the checkpoint's random streams continue whatever the seed says
 RESUME_FROZEN = ("env.id", "env.n_envs", "algo", "agent.hidden", "agent.layer_norm", "agent.n_critics",
-                 "replay.capacity", "replay.prioritized", "replay.rank_based")
+                 "agent.n_quantiles", "replay.capacity", "replay.prioritized", "replay.rank_based", "train.seed")
+
+_FROZEN_BECAUSE = {
+    "train.seed": "the run's random streams (envs, replay, exploration, torch) continue from its checkpoint; start "
+                  "a new run for another seed",
+    "env.rare_state_cell": "the run's archive of rare states is binned by it; start a new run for another cell",
+}
 
 
 def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> Config:
@@ -213,7 +220,10 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
     earlier versions): the missing fields get the algorithm's defaults.
 
     Overrides may change e.g. ``train.total_env_steps``, ``train.eval_every``, ``train.eval_episodes``,
-    ``env.eval_envs`` and ``log.*``; the keys in ``RESUME_FROZEN`` and ``log.run_dir`` cannot change.
+    ``env.eval_envs``, ``log.*`` and the agent's learning rates and weight decay (the resumed agent keeps its
+    config's: the agent's ``load_state_dict`` loads learned state, not settings); the keys in
+    ``RESUME_FROZEN``, ``log.run_dir`` and, for a run with rare-state starts, ``env.rare_state_cell`` cannot
+    change.
 
     Raises:
         ValueError: as [`load_config`][her_agents.config.load_config]; an override of a frozen key to another
@@ -229,9 +239,10 @@ def resume_config(saved: dict[str, Any], overrides: list[str] | None = None) -> 
     # the saved config typed first: a partial agent section of an earlier version gets its defaults
     old = config_dict(_checked(_merge(base, [OmegaConf.create(saved)], None)))
     merged = _merge(base, [OmegaConf.create(old), _dotlist(list(overrides or []))], overrides)
-    agent_keys = [k for k in RESUME_FROZEN if k.startswith("agent.")]
+    frozen = [*RESUME_FROZEN, *(["env.rare_state_cell"] if _select(old, "env.rare_state_start") else [])]
+    agent_keys = [k for k in frozen if k.startswith("agent.")]
     # before algo re-types agent
-    _check_frozen(old, cast(dict, OmegaConf.to_container(merged)), [k for k in RESUME_FROZEN if k not in agent_keys])
+    _check_frozen(old, cast(dict, OmegaConf.to_container(merged)), [k for k in frozen if k not in agent_keys])
     cfg = _checked(merged)
     _check_frozen(old, config_dict(cfg), agent_keys)
     return cfg
@@ -242,8 +253,9 @@ def _check_frozen(old: dict[str, Any], new: dict[str, Any], keys: list[str]) -> 
     for key in keys:
         before, after = _plain(_select(old, key)), _plain(_select(new, key))
         if before != after:
-            raise ValueError(f"{key} cannot change on --resume: the run has {before!r}, got {after!r} (it shapes "
-                             "the saved networks, replay or sampler state; start a new run for that)")
+            because = _FROZEN_BECAUSE.get(key, "it shapes the saved networks, replay or sampler state; start a new "
+                                               "run for that")
+            raise ValueError(f"{key} cannot change on --resume: the run has {before!r}, got {after!r} ({because})")
 
 
 def _select(values: Mapping[str, Any], key: str) -> Any:

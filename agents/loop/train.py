@@ -135,8 +135,10 @@ def _run_failed(run: Run, exc: EnvWorkerDied | NetworksDiverged) -> RunFailed:
     if isinstance(exc, NetworksDiverged):
         keys = [k for k in ("actor_lr", "critic_lr", "alpha_lr") if hasattr(run.cfg.agent, k)]
         now = ", ".join(f"{getattr(run.cfg.agent, k):g}" for k in keys)
-        reason = (f"{exc}: lower {', '.join('agent.' + k for k in keys)} (now {now}) and start a new run "
-                  "(a resume keeps the optimizers' learning rates)")
+        reason = f"{exc}: lower {', '.join('agent.' + k for k in keys)} (now {now}) and start a new run"
+        if run.checkpoint_steps is not None:  # a resume applies the learning rates given to it
+            reason += (f", or continue the last checkpoint with them lowered (`her-train --resume {run.run_dir} "
+                       "agent.critic_lr=...`)")
         return RunFailed(reason, run.run_dir, run.env_steps, run.checkpoint_steps, resumable=False)
     reason = f"training {exc}"
     return RunFailed(reason, run.run_dir, run.env_steps, run.checkpoint_steps)
