@@ -378,7 +378,7 @@ def test_a_resumed_run_with_the_levers_equals_the_uninterrupted_run(tmp_path, mo
     """As ``tests/test_resume.py``'s exact resume, with the levers set: 400 env steps uninterrupted against the
     same run killed right after its checkpoint at 200 env steps and resumed end bit-identical (parameters,
     optimizers, RNGs, replay, metrics rows)."""
-    import her_agents.loop.train as train_mod
+    import her_agents.loop.steps as steps_mod
 
     def cfg(run_dir: Path):
         return load_config(config, ["train.total_env_steps=400", "train.eval_every=100", "log.save_replay=true",
@@ -387,14 +387,14 @@ def test_a_resumed_run_with_the_levers_equals_the_uninterrupted_run(tmp_path, mo
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     result = train(cfg(full))
     assert result.env_steps == 400
-    real = train_mod.save_training_state
+    real = steps_mod.save_training_state
 
     def killed_at_200(run_dir, config, state, *args, **kwargs):
         real(run_dir, config, state, *args, **kwargs)
         if state.counters["env_steps"] == 200:
             raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
 
-    monkeypatch.setattr(train_mod, "save_training_state", killed_at_200)
+    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200)
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(cfg(resumed))
     monkeypatch.undo()
