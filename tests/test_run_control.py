@@ -727,3 +727,32 @@ def test_wandb_is_recorded_as_having_saved_a_row_only_once_its_finish_returned(t
     record.unlink()
     (tmp_path / "run" / "wandb_sent.json").write_text(json.dumps({"run_id": "abc", "env_steps": 200}))
     assert resume("abc") == [100, 200]  # the record of earlier versions (rows handed over) is not trusted
+
+
+def test_a_failed_wandb_init_leaves_no_second_wandb_run(tmp_path, monkeypatch):
+    """An offline init that fails and is retried (a busy machine) leaves the retry's run as the only W&B run dir."""
+    import types
+
+    import wandb
+
+    from her_agents.config import load_config
+    from her_agents.run.logger import RunLogger
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    calls = []
+
+    def fake_init(mode=None, settings=None, dir=None, id=None, **kwargs):
+        calls.append(mode)
+        run_id = f"id{len(calls)}"
+        (Path(dir) / "wandb" / f"offline-run-20261207_000000-{run_id}").mkdir(parents=True)
+        if len(calls) == 1:
+            raise RuntimeError("run ID is in use")
+        return types.SimpleNamespace(id=run_id, define_metric=lambda *a, **k: None, log=lambda *a, **k: None,
+                                     finish=lambda *a, **k: None)
+
+    monkeypatch.setattr(wandb, "init", fake_init)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    cfg = load_config(None, ["log.wandb.mode=offline", f"log.run_dir={tmp_path}"])
+    logger = RunLogger(cfg, tmp_path)
+    assert calls == ["offline", "offline"] and logger.run.id == "id2"
+    assert [p.name for p in (tmp_path / "wandb").iterdir()] == ["offline-run-20261207_000000-id2"]

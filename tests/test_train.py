@@ -272,6 +272,7 @@ def test_the_run_sizes_torch_and_the_compile_workers_from_train_torch_threads(mo
     from her_agents.loop.train import use_threads
 
     monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # conftest limits the test processes to 1
     monkeypatch.setattr(her_agents.config.sections, "usable_cores", lambda: 3)
     before = torch.get_num_threads()
     try:

@@ -148,8 +148,19 @@ class RunLogger:
             # finish_timeout_raises: a finish that gave up uploading must not be recorded as saved
             settings = wandb.Settings(init_timeout=timeout, finish_timeout=float(w.finish_timeout_s),
                                       finish_timeout_raises=True, silent=True, console="off")
-            # `mode`: a mode W&B takes (check_wandb_env, wandb_mode)
-            return wandb.init(mode=cast(Any, mode), settings=settings, **kwargs)
+            wandb_dir = self.run_dir / "wandb"
+            before = set(wandb_dir.glob("*run-*")) if wandb_dir.is_dir() else set()
+            try:
+                # `mode`: a mode W&B takes (check_wandb_env, wandb_mode)
+                return wandb.init(mode=cast(Any, mode), settings=settings, **kwargs)
+            except BaseException:
+                # A failed init leaves an empty W&B run directory with its own id: the retry's run is the run's
+                # only one (`wandb sync` would otherwise upload an empty second run).
+                if wandb_dir.is_dir():
+                    for p in set(wandb_dir.glob("*run-*")) - before:
+                        if p.is_dir() and not p.is_symlink():
+                            shutil.rmtree(p, ignore_errors=True)
+                raise
 
         if self.mode == "online":
             run = self._init_online(init, inherited, float(w.init_timeout_s))
