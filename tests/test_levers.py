@@ -30,15 +30,7 @@ from her_agents.loop.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_compare import run_differences
-from test_agents import ACT, GOAL, NEEDS_CXX, OBS, SMALL, make_batch
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+from test_agents import ACT, GOAL, NEEDS_CXX, OBS, SMALL, _one_torch_thread, make_batch  # noqa: F401 (autouse fixture)
 
 
 def _fed(agent, batch_size: int = 32):
