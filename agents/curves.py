@@ -113,17 +113,34 @@ def mean_curve(runs: list[dict[str, np.ndarray]], y_key: str, label: str = "runs
     return steps, wall, ys.mean(0), ys.min(0), ys.max(0)
 
 
-def _run_env_id(run: str | Path) -> str | None:
-    """The ``env.id`` of a run's ``config.yaml`` (beside its metrics.csv), None where there is none to read."""
+def _run_config(run: str | Path) -> dict | None:
+    """A run's ``config.yaml`` (beside its metrics.csv) as a dict, None where there is none to read."""
     import yaml
 
     path = Path(run)
     cfg = (path if path.is_dir() else path.parent) / "config.yaml"
     try:
-        env_id = yaml.safe_load(cfg.read_text())["env"]["id"]
-    except (OSError, yaml.YAMLError, TypeError, KeyError, UnicodeDecodeError):
+        loaded = yaml.safe_load(cfg.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _run_env_id(run: str | Path) -> str | None:
+    """The ``env.id`` of a run's ``config.yaml`` (beside its metrics.csv), None where there is none to read."""
+    env = (_run_config(run) or {}).get("env")
+    env_id = env.get("id") if isinstance(env, dict) else None
     return env_id if isinstance(env_id, str) else None
+
+
+def _run_updates_per_step(run: str | Path) -> float | None:
+    """The ``train.updates_per_step`` of a run's ``config.yaml`` as stored (updates per env step on average;
+    ``train.update_every`` only groups them into blocks), None where there is no finite number to read."""
+    train = (_run_config(run) or {}).get("train")
+    value = train.get("updates_per_step") if isinstance(train, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        return None
+    return float(value)
 
 
 def group_notes(groups: Mapping[str, Sequence[str | Path]]) -> list[str]:
@@ -158,8 +175,17 @@ def group_notes(groups: Mapping[str, Sequence[str | Path]]) -> list[str]:
 
 
 def _steps_to(r: dict[str, np.ndarray], level: float, metric: str) -> float:
+    """The env steps of the first evaluation with ``metric`` at or above ``level`` (NaN if none)."""
     hit = np.flatnonzero(r[metric] >= level)
     return float(r["env_steps"][hit[0]]) if hit.size else np.nan
+
+
+def _slowest_wall_at(runs: list[dict[str, np.ndarray]], step: float) -> float:
+    """The largest ``wall_time`` (seconds) of ``runs`` at env step ``step``, where every one of them evaluated:
+    when the slowest seed got there. NaN if ``step`` is NaN or a run's wall time there is an empty cell."""
+    if np.isnan(step):
+        return np.nan
+    return float(np.max([_at_steps(r, np.array([step]), "wall_time")[0] for r in runs]))
 
 
 def _step_at(r: dict[str, np.ndarray], step: float) -> float:
@@ -185,12 +211,24 @@ def _steps_label(v: float) -> str:
 
 def results_table(groups: Mapping[str, Sequence[str | Path]], at: list[float], levels: tuple[float, ...] = (0.5, 0.9),
                   metric: str = "eval/success_rate") -> str:
-    """A markdown table, one row per run and one mean row per group of several: env steps to reach each of
-    ``levels`` (first evaluation at or above it; "-" if never), ``metric`` at the env steps ``at`` (the last
-    evaluation at or before it; "-" before the first or after the last), the run's last env steps and its wall
-    time (minutes). A mean row gives the crossings of the group's mean, which exists only at the env steps where
-    every run of the group evaluated (the plot's curve), and at each of ``at`` the mean of the run cells above
-    it where they all come from one such step ("-" where they come from different steps).
+    """A markdown table, one row per run and one mean row per group of several. Its columns:
+
+    - ``to L`` for each of ``levels``: the env steps of the first evaluation with ``metric`` at or above ``L``
+      ("-" if never);
+    - ``min to L`` for each of ``levels``: the wall time in minutes (``metrics.csv``'s ``wall_time`` / 60, one
+      decimal) at that same evaluation ("-" if never, or where its ``wall_time`` cell is empty);
+    - ``at S`` for each of ``at``: ``metric`` at the last evaluation at or before ``S`` env steps ("-" before the
+      first or after the last);
+    - ``env steps``: the run's last env steps; ``wall min``: its last wall time in minutes (rounded);
+    - ``updates/step``: ``train.updates_per_step`` of the run's ``config.yaml`` as stored ("-" where there is
+      none to read).
+
+    A mean row is read from the group's mean curve, which exists only at the env steps where every run of the
+    group evaluated (the plot's curve): ``to L`` is the first such step where the mean reaches ``L``, and
+    ``min to L`` the wall time there of the slowest run (the largest of the runs' ``wall_time`` at that step:
+    when the last seed got there). At each of ``at`` it gives the mean of the run cells above it where they all
+    come from one such step ("-" where they come from different steps); ``wall min`` is the mean of the runs';
+    ``updates/step`` is shown where all its runs have the same, else left blank.
 
     Raises:
         FileNotFoundError, ValueError: as ``read_metrics``; a group whose runs have no env step in common.
@@ -198,28 +236,42 @@ def results_table(groups: Mapping[str, Sequence[str | Path]], at: list[float], l
     def fmt_steps(v: float) -> str:
         return "-" if np.isnan(v) else _steps_label(v)
 
+    def fmt_minutes(seconds: float) -> str:
+        return "-" if np.isnan(seconds) else f"{seconds / 60:.1f}"
+
     def fmt(v: float) -> str:
         return "-" if np.isnan(v) else f"{v:.2f}"
 
-    head = (["run"] + [f"to {lv:g}" for lv in levels] + [f"at {_steps_label(a)}" for a in at]
-            + ["env steps", "wall min"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    def fmt_updates(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    head = (["run"] + [f"to {lv:g}" for lv in levels] + [f"min to {lv:g}" for lv in levels]
+            + [f"at {_steps_label(a)}" for a in at] + ["env steps", "wall min", "updates/step"])
+    lines = [line(head), "|" + "---|" * len(head)]
     for label, dirs in groups.items():
         runs = read_runs(dirs, metric)
-        rows = []
-        for d, r in zip(dirs, runs):
-            vals = [_steps_to(r, lv, metric) for lv in levels] + [_at(r, a, metric) for a in at]
-            rows.append(vals + [r["env_steps"].max(), r["wall_time"].max() / 60])
-            cells = [Path(d).name] + [fmt_steps(v) for v in vals[: len(levels)]] + [fmt(v) for v in vals[len(levels):]]
-            lines.append("| " + " | ".join(cells + [fmt_steps(rows[-1][-2]), f"{rows[-1][-1]:.0f}"]) + " |")
+        updates = [_run_updates_per_step(d) for d in dirs]
+        for d, r, u in zip(dirs, runs, updates):
+            crossings = [_steps_to(r, lv, metric) for lv in levels]
+            cells = [Path(d).name] + [fmt_steps(v) for v in crossings]
+            cells += [fmt_minutes(_slowest_wall_at([r], v)) for v in crossings]  # a group of one: its own time
+            cells += [fmt(_at(r, a, metric)) for a in at]
+            cells += [fmt_steps(r["env_steps"].max()), f"{r['wall_time'].max() / 60:.0f}", fmt_updates(u)]
+            lines.append(line(cells))
         if len(runs) > 1:  # the mean curve's crossings and values, as for one run
             steps, _, mean, _, _ = mean_curve(runs, metric, label)
             mean_run = {"env_steps": steps, metric: mean}
-            vals = [_steps_to(mean_run, lv, metric) for lv in levels]
+            crossings = [_steps_to(mean_run, lv, metric) for lv in levels]
+            cells = [f"**{label}: mean of {len(runs)}**"] + [fmt_steps(v) for v in crossings]
+            cells += [fmt_minutes(_slowest_wall_at(runs, v)) for v in crossings]
             for a in at:  # the mean of the cells above, where they all come from one evaluation step
                 used = {_step_at(r, a) for r in runs}
-                vals.append(_at(mean_run, a, metric) if len(used) == 1 and not np.isnan(min(used)) else np.nan)
-            cells = [f"**{label}: mean of {len(runs)}**"] + [fmt_steps(v) for v in vals[: len(levels)]]
-            cells += [fmt(v) for v in vals[len(levels):]] + ["", f"{np.mean([row[-1] for row in rows]):.0f}"]
-            lines.append("| " + " | ".join(cells) + " |")
+                cells.append(fmt(_at(mean_run, a, metric) if len(used) == 1 and not np.isnan(min(used)) else np.nan))
+            same_updates = updates[0] is not None and len(set(updates)) == 1
+            cells += ["", f"{np.mean([r['wall_time'].max() for r in runs]) / 60:.0f}",
+                      fmt_updates(updates[0]) if same_updates else ""]
+            lines.append(line(cells))
     return "\n".join(lines)

@@ -166,11 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="metrics.csv column to plot (default: %(default)s)")
     parser.add_argument("--title", metavar="T", help="figure title (default: none)")
     parser.add_argument("--table", nargs="*", type=_env_steps_arg, metavar="STEPS",
-                        help="print a markdown table instead of plotting (env steps to 0.5 / 0.9, the metric at "
-                             "STEPS, e.g. 150000 or 150k; default: plot)")
+                        help="print a markdown table instead of plotting: per run and per label's mean, the env "
+                             "steps and wall minutes to each level (to 0.5 / 0.9, min to 0.5 / 0.9; a mean row's "
+                             "minutes are its slowest run's at the mean's first crossing), the metric at STEPS "
+                             "(e.g. 150000 or 150k), the last env steps, wall minutes and the config's "
+                             "train.updates_per_step (default: plot)")
     parser.add_argument("--levels", nargs="+", type=float, metavar="L",
                         help="with --table: the metric levels whose first crossing the table gives, in env steps "
-                             "(default: 0.5 0.9)")
+                             "and wall minutes (default: 0.5 0.9)")
     add_version_option(parser)
     return parser
 

@@ -142,14 +142,17 @@ def test_her_plot_table_gives_steps_to_each_level_and_success_at_given_steps(run
     assert main([str(runs[0]), str(runs[1]), "--label", "A", str(runs[2]), "--label", "B",
                  "--table", "2000", "3500"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "| run | to 0.5 | to 0.9 | at 2k | at 3.5k | env steps | wall min |"
+    assert lines[0] == ("| run | to 0.5 | to 0.9 | min to 0.5 | min to 0.9 | at 2k | at 3.5k | env steps | wall min "
+                        "| updates/step |")
     rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ")[1:] for ln in lines[2:]}
-    # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k, 40 s; at 3.5k the last evaluation at or before it (3k) counts
-    assert rows["a-s0"] == ["3k", "4k", "0.40", "0.70", "4k", "1 |"]
-    assert rows["a-s1"] == ["2k", "-", "0.50", "-", "3k", "1 |"]  # never 0.9; ended before 3.5k
-    # mean of a-s0 and a-s1 on their common range (1k-3k): 0.05, 0.45, 0.75 -> 0.5 first at 3k, 0.9 never
-    assert rows["**A: mean of 2**"][:4] == ["3k", "-", "0.45", "-"]
-    assert rows["b-s0"][:4] == ["4k", "-", "0.10", "0.30"]
+    # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k, 10 s per 1k (0.5 at 30 s, 0.9 at 40 s); at 3.5k the last evaluation at or
+    # before it (3k) counts; no config.yaml: no updates/step
+    assert rows["a-s0"] == ["3k", "4k", "0.5", "0.7", "0.40", "0.70", "4k", "1", "- |"]
+    assert rows["a-s1"] == ["2k", "-", "0.4", "-", "0.50", "-", "3k", "1", "- |"]  # never 0.9; ended before 3.5k
+    # mean of a-s0 and a-s1 on their common range (1k-3k): 0.05, 0.45, 0.75 -> 0.5 first at 3k (a-s1 there at
+    # 36 s, the slower), 0.9 never
+    assert rows["**A: mean of 2**"][:6] == ["3k", "-", "0.6", "-", "0.45", "-"]
+    assert rows["b-s0"][:6] == ["4k", "-", "0.5", "-", "0.10", "0.30"]
 
 
 def test_her_plot_table_with_out_writes_the_table_to_that_file(runs, tmp_path, capsys):
@@ -164,9 +167,84 @@ def test_her_plot_table_with_out_writes_the_table_to_that_file(runs, tmp_path, c
 def test_her_plot_table_levels_and_a_step_before_the_first_evaluation(runs, capsys):
     assert main([str(runs[0]), "--table", "0", "2000", "--levels", "0.4", "0.7"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "| run | to 0.4 | to 0.7 | at 0 | at 2k | env steps | wall min |"
-    # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k; nothing was evaluated at or before 0 env steps
-    assert lines[2].split(" | ")[1:5] == ["2k", "3k", "-", "0.40"]
+    assert lines[0] == ("| run | to 0.4 | to 0.7 | min to 0.4 | min to 0.7 | at 0 | at 2k | env steps | wall min "
+                        "| updates/step |")
+    # a-s0: 0.1 0.4 0.7 0.9 at 1k..4k, 10 s per 1k; nothing was evaluated at or before 0 env steps
+    assert lines[2].split(" | ")[1:7] == ["2k", "3k", "0.3", "0.5", "-", "0.40"]
+
+
+def _write_timed_run(run_dir: Path, success: list[float], wall: list[float | str],
+                     updates_per_step: float | None) -> Path:
+    """A run evaluated at 1k, 2k, ... env steps with the given success rates and wall times (seconds; "" for an
+    empty cell), and a config.yaml with train.updates_per_step where one is given."""
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["env_steps", "wall_time", "eval/success_rate"])
+        w.writeheader()
+        for i, (p, t) in enumerate(zip(success, wall)):
+            w.writerow({"env_steps": 1000 * (i + 1), "wall_time": t, "eval/success_rate": p})
+    if updates_per_step is not None:
+        (run_dir / "config.yaml").write_text(f"env:\n  id: FetchPush-v4\ntrain:\n  updates_per_step: "
+                                             f"{updates_per_step}\n  update_every: 4\n")
+    return run_dir
+
+
+@pytest.fixture
+def timed(tmp_path) -> list[Path]:
+    """Three seeds at 1k..4k env steps, each at its own speed. Their mean success: 0.23, 0.6, 0.85, 0.97."""
+    return [_write_timed_run(tmp_path / "t-s0", [0.2, 0.6, 0.9, 1.0], [60, 120, 180, 240], 0.5),
+            _write_timed_run(tmp_path / "t-s1", [0.0, 0.3, 0.7, 0.9], [90, 180, 270, 360], 0.5),
+            _write_timed_run(tmp_path / "t-s2", [0.5, 0.9, 0.95, 1.0], [30, 66, 96, 126], 0.5)]
+
+
+def _table_rows(out: str) -> list[dict[str, str]]:
+    """The table's rows in order, each a dict from column header to cell."""
+    lines = out.strip().splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+
+
+def test_her_plot_table_gives_wall_minutes_to_each_level(timed, capsys):
+    """A run's minutes are its wall time at its own first evaluation at the level; a mean row's are the slowest
+    seed's wall time at the first evaluation where the mean reaches it."""
+    assert main([*map(str, timed), "--label", "T", "--table", "2k"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == ("| run | to 0.5 | to 0.9 | min to 0.5 | min to 0.9 | at 2k | env steps | "
+                                   "wall min | updates/step |")
+    rows = {row["run"]: row for row in _table_rows(out)}
+    minutes = {name: (row["min to 0.5"], row["min to 0.9"]) for name, row in rows.items()}
+    assert minutes["t-s0"] == ("2.0", "3.0")  # 0.6 at 2k (120 s), 0.9 at 3k (180 s)
+    assert minutes["t-s1"] == ("4.5", "6.0")  # 0.7 at 3k (270 s), 0.9 at 4k (360 s)
+    assert minutes["t-s2"] == ("0.5", "1.1")  # 0.5 at 1k (30 s), 0.9 at 2k (66 s)
+    mean = rows["**T: mean of 3**"]
+    # the mean reaches 0.5 at 2k: the seeds' wall times there are 120, 180 and 66 s -> the slowest, 180 s (not the
+    # mean 122 s, nor the slowest seed's own crossing at 270 s); 0.9 at 4k: 240, 360, 126 s -> 360 s
+    assert (mean["to 0.5"], mean["to 0.9"]) == ("2k", "4k")
+    assert (mean["min to 0.5"], mean["min to 0.9"]) == ("3.0", "6.0")
+
+
+def test_her_plot_table_minutes_are_a_dash_when_a_level_is_not_reached_or_has_no_wall_time(tmp_path, capsys):
+    runs = [_write_timed_run(tmp_path / "u-s0", [0.2, 0.6, 0.8], [60, "", 180], 1),
+            _write_timed_run(tmp_path / "u-s1", [0.4, 0.7, 0.8], [50, 100, 150], 1)]
+    assert main([*map(str, runs), "--label", "U", "--table"]) == 0
+    rows = {row["run"]: row for row in _table_rows(capsys.readouterr().out)}
+    # u-s0 reaches 0.5 at 2k, whose wall_time cell is empty; no run reaches 0.9
+    assert [rows["u-s0"][c] for c in ("to 0.5", "min to 0.5", "to 0.9", "min to 0.9")] == ["2k", "-", "-", "-"]
+    assert [rows["u-s1"][c] for c in ("to 0.5", "min to 0.5", "to 0.9", "min to 0.9")] == ["2k", "1.7", "-", "-"]
+    # the mean reaches 0.5 at 2k too: one seed's time there is unknown, so the slowest is
+    assert [rows["**U: mean of 2**"][c] for c in ("to 0.5", "min to 0.5", "min to 0.9")] == ["2k", "-", "-"]
+
+
+def test_her_plot_table_gives_each_runs_updates_per_step_and_the_groups_where_they_agree(timed, tmp_path, capsys):
+    other = _write_timed_run(tmp_path / "o-s0", [0.5, 0.9], [10, 20], 2)  # update_every: 4 -> still 2 as stored
+    bare = _write_timed_run(tmp_path / "n-s0", [0.5, 0.9], [10, 20], None)  # no config.yaml
+    assert main([str(timed[0]), str(timed[1]), "--label", "same", str(timed[2]), str(other), "--label", "mixed",
+                 str(timed[0]), str(bare), "--label", "unknown", "--table"]) == 0
+    # the same run under two labels is fine; it shows in both
+    got = [(row["run"], row["updates/step"]) for row in _table_rows(capsys.readouterr().out)]
+    assert got == [("t-s0", "0.5"), ("t-s1", "0.5"), ("**same: mean of 2**", "0.5"),
+                   ("t-s2", "0.5"), ("o-s0", "2"), ("**mixed: mean of 2**", ""),
+                   ("t-s0", "0.5"), ("n-s0", "-"), ("**unknown: mean of 2**", "")]
 
 
 def _with_env(run_dir: Path, env_id: str) -> Path:
@@ -187,10 +265,10 @@ def test_her_plot_table_means_only_where_every_run_evaluated_and_says_so(uneven,
                  "--levels", "0.35", "0.5"]) == 0
     out, err = capsys.readouterr()
     rows = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ")[1:] for ln in out.strip().splitlines()[2:]}
-    assert rows["e1k"][:6] == ["4k", "-", "0.10", "0.20", "0.30", "0.40"]
-    assert rows["e2k"][:6] == ["2k", "2k", "-", "0.50", "0.50", "0.60"]
+    assert rows["e1k"][:8] == ["4k", "-", "0.7", "-", "0.10", "0.20", "0.30", "0.40"]
+    assert rows["e2k"][:8] == ["2k", "2k", "0.3", "0.3", "-", "0.50", "0.50", "0.60"]
     # mean at 2k (0.35) and 4k (0.5) only: nothing before e2k's first evaluation, no value carried to 3k
-    assert rows["**A: mean of 2**"][:6] == ["2k", "4k", "-", "0.35", "-", "0.50"]
+    assert rows["**A: mean of 2**"][:8] == ["2k", "4k", "0.3", "0.7", "-", "0.35", "-", "0.50"]
     assert err.strip() == ("her-plot: label 'A': the mean of its 2 runs is taken at the 2 env steps where all of "
                            "them evaluated (2k to 4k); 2 evaluation(s) of single runs are left out")
 
