@@ -1,10 +1,12 @@
 """Compare two finished training runs for exact equality (a resumed run against an uninterrupted one), for
-tests: checkpoints, replay files and ``metrics.csv`` rows, timings and paths aside."""
+tests: checkpoints, replay files and ``metrics.csv`` rows, timings and paths aside; and ``killed_at_200``, which
+stops a run right after a checkpoint to make the resumed one."""
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import torch
 
 from her_agents.run.checkpoint import load_checkpoint, read_replay
 
-__all__ = ["differences", "run_differences"]
+__all__ = ["differences", "killed_at_200", "run_differences"]
 
 #: values that differ between two runs of the same computation: clocks, the run directory, the W&B run
 TIMING_KEYS = ("wall_time", "env_steps_per_s", "dist/global_env_steps_per_s")
@@ -43,6 +45,18 @@ def differences(a: Any, b: Any, path: str = "", skip: tuple[str, ...] = ()) -> l
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return []
     return [] if type(a) is type(b) and a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def killed_at_200(real: Callable[..., None]) -> Callable[..., None]:
+    """``real`` (the loop's ``save_training_state``) made to raise ``RuntimeError("simulated kill ...")`` right
+    after it has written the checkpoint at 200 env steps: set it on ``her_agents.loop.steps`` to kill a run there."""
+
+    def killed(run_dir, config, state, *args, **kwargs):
+        real(run_dir, config, state, *args, **kwargs)
+        if state.counters["env_steps"] == 200:
+            raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
+
+    return killed
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:

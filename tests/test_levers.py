@@ -29,7 +29,7 @@ from her_agents.config import load_config
 from her_agents.loop.train import train
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_compare import run_differences
+from run_compare import killed_at_200, run_differences
 from test_agents import ACT, GOAL, NEEDS_CXX, OBS, SMALL, _one_torch_thread, make_batch  # noqa: F401 (autouse fixture)
 
 
@@ -379,14 +379,7 @@ def test_a_resumed_run_with_the_levers_equals_the_uninterrupted_run(tmp_path, mo
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     result = train(cfg(full))
     assert result.env_steps == 400
-    real = steps_mod.save_training_state
-
-    def killed_at_200(run_dir, config, state, *args, **kwargs):
-        real(run_dir, config, state, *args, **kwargs)
-        if state.counters["env_steps"] == 200:
-            raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
-
-    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200)
+    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200(steps_mod.save_training_state))
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(cfg(resumed))
     monkeypatch.undo()

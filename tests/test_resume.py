@@ -43,7 +43,7 @@ from her_agents.run.checkpoint import load_checkpoint, load_replay_arrays, read_
 from her_agents.run.logger import SAVED_FILE
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_compare import differences, run_differences
+from run_compare import differences, killed_at_200, run_differences
 from wandb_spy import ENV as SPY_ENV, differences_from_csv, events, finishes
 
 SPY = str(Path(__file__).parent / "wandb_spy.py")  # her-train, with W&B's runs spied on
@@ -255,14 +255,7 @@ def test_resumed_prioritized_run_equals_the_uninterrupted_run(tmp_path, monkeypa
 
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     train(cfg(full))
-    real = steps_mod.save_training_state
-
-    def killed_at_200(run_dir, config, state, *args, **kwargs):
-        real(run_dir, config, state, *args, **kwargs)
-        if state.counters["env_steps"] == 200:
-            raise RuntimeError("simulated kill after the checkpoint at 200 env steps")
-
-    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200)
+    monkeypatch.setattr(steps_mod, "save_training_state", killed_at_200(steps_mod.save_training_state))
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(cfg(resumed))
     monkeypatch.undo()

@@ -25,6 +25,7 @@ from her_agents.run.run_control import RunDirInUse, RunDirLock, prepare_run_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 import wandb_spy
+from run_compare import killed_at_200
 from wandb_spy import ENV as SPY_ENV, events, finishes, history, summary
 
 SPY = str(Path(__file__).parent / "wandb_spy.py")  # her-train, with W&B's runs spied on (``$HER_WANDB_SPY``)
@@ -259,6 +260,45 @@ def test_resume_logs_the_rows_wandb_missed(tmp_path, monkeypatch):
     train(_small_cfg(run_dir), resume=str(run_dir))
     assert _csv_steps(run_dir) == [100, 200, 300]
     assert _wandb_steps(spy, state["wandb_id"]) == [100, 200, 300]
+
+
+def _killed_before_the_checkpoint_at_200(real):
+    def killed(run_dir, config, state, *args, **kwargs):
+        if state.counters["env_steps"] == 200:
+            raise RuntimeError("simulated kill before the checkpoint at 200 env steps")
+        real(run_dir, config, state, *args, **kwargs)
+
+    return killed
+
+
+@pytest.mark.parametrize("kill", [_killed_before_the_checkpoint_at_200, killed_at_200],
+                         ids=["before-checkpoint", "after-checkpoint"])
+def test_each_eval_video_reaches_wandb_once_across_a_kill_and_resume(tmp_path, monkeypatch, kill):
+    """``log.video_every=1``, a kill at the evaluation at 200 env steps, after its video was made: before its
+    checkpoint (the resume redoes that evaluation and its video), or after it, before W&B was sent anything of it.
+    Either way W&B is handed each evaluation's video exactly once, with the row of its ``env_steps``."""
+    import numpy as np
+
+    import her_agents.loop.steps as steps_mod
+    import her_agents.run.video as video_mod
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    # a tiny clip instead of a rendered episode: what is counted is what is handed to W&B, not what is drawn
+    monkeypatch.setattr(video_mod, "record_episodes",
+                        lambda *a, **k: (np.zeros((2, 16, 16, 3), np.uint8), np.zeros(1)))
+    run_dir, real = tmp_path / "run", steps_mod.save_training_state
+    monkeypatch.setattr(steps_mod, "save_training_state", kill(real))
+    spy = wandb_spy.install(tmp_path / "spy.jsonl", monkeypatch)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(_small_cfg(run_dir, "log.video_every=1"))
+    monkeypatch.setattr(steps_mod, "save_training_state", real)
+    train(_small_cfg(run_dir, "log.video_every=1"), resume=str(run_dir))
+
+    run_id = load_checkpoint(run_dir / "checkpoint.pt")["wandb_id"]
+    logged = [e["row"] for e in events(spy, run_id) if e["event"] == "log"]
+    assert [r["env_steps"] for r in logged if "eval/video" in r] == [100, 200, 300]
+    assert sorted(p.name for p in (run_dir / "videos").iterdir()) == [f"eval_{s:09d}.mp4" for s in (100, 200, 300)]
+    assert _wandb_steps(spy, run_id) == _csv_steps(run_dir) == [100, 200, 300]
 
 
 # ---------------------------------------------------------------------------------------------------- run dirs

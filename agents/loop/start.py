@@ -209,7 +209,8 @@ def start_run(cfg: Config, resume: str | None, overwrite: bool, hooks: LoopHooks
             desired_support=cfg.env.behaviour_goal_support)
     wandb_id, envs_restored = _restore(state, saved, run_dir, hooks)
     # metrics.csv keeps the rows up to the checkpoint; later ones are logged again (see RunLogger)
-    logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None)
+    logger = (RunLogger(cfg, run_dir, resume_id=wandb_id, resume_step=counters["env_steps"] if resume else None,
+                        video_steps=saved["video_steps"] if saved is not None else ())
               if hooks.is_main else NullLogger())
     progress = logger.progress(t_cfg.total_env_steps, initial=counters["env_steps"])
     state.evals.start()

@@ -161,6 +161,7 @@ def write_checkpoint(run: Run) -> None:
     """Checkpoint the run (``save_training_state``) and tell the logger, which keeps metrics.csv and W&B in
     step with what a resume would redo."""
     run.state.extra["wandb_id"] = run.logger.run_id or run.wandb_id
+    run.state.extra["video_steps"] = list(run.logger.video_steps)  # a resume sends them again with their rows
     check_finite_parameters(run.state.agent)  # never replace the last good checkpoint by NaN weights
     try:
         save_training_state(run.run_dir, run.cfg, run.state, run.hooks, run.cfg.log.save_replay)

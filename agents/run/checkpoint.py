@@ -137,6 +137,9 @@ def migrate_checkpoint(state: dict[str, Any], path: str | os.PathLike = "checkpo
         raise ValueError(f"checkpoint {path} is of format {found!r}; this version of her-robotics reads formats 0 "
                          f"to {CHECKPOINT_FORMAT} (a newer version wrote it?)")
     state = dict(state)
+    # added within format 1: a checkpoint without it was written by a version that sent each video to W&B before
+    # the checkpoint, so none waits to be sent again
+    state.setdefault("video_steps", [])
     if found == 0:
         state.setdefault("world_size", 1)
         state.setdefault("wandb_id", None)

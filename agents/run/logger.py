@@ -18,6 +18,11 @@ twice, harmlessly: a row goes to W&B only once its checkpoint is written, so a r
 sent again is the same (same ``env_steps``, same values), and every metric is plotted against ``env_steps``
 (``define_metric("*", step_metric="env_steps")``), so it is the same point again. A run that ends through
 ``finish`` (done, SIGINT, SIGTERM, an exception) sends nothing twice.
+
+An evaluation's video (``log.video_every``) follows its row: the file ``<run_dir>/videos/eval_<env_steps>.mp4`` is
+written before the checkpoint, W&B gets it after, with the row, and the checkpoint records which evaluations have
+one (``video_steps``), so a resume that sends a row again sends its video again, and a resume that redoes an
+evaluation never finds its video already sent.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -86,21 +91,27 @@ class RunLogger:
     redoes an evaluation W&B was sent. A resumed run first sends the ``metrics.csv`` rows after the last one its W&B
     run has certainly saved (``SAVED_FILE``, written when ``run.finish()`` returns), so after any stop and
     ``--resume`` W&B holds every row at least once, and twice only the same row at the same ``env_steps`` (after a
-    kill that left no time to finish; see the module's docstring).
+    kill that left no time to finish; see the module's docstring). An evaluation's video goes with its row, the same
+    way ([`log_video`][her_agents.run.logger.RunLogger.log_video]).
     """
 
     def __init__(self, cfg: Config, run_dir: Path, resume_id: str | None = None,
-                 resume_step: int | None = None) -> None:
+                 resume_step: int | None = None, video_steps: Sequence[int] = ()) -> None:
         """``resume_step``: the env steps of the checkpoint a resumed run continues from. ``metrics.csv`` keeps
         its rows up to that step and drops the later ones (logged by the stopped run after its last checkpoint;
         the resumed run logs those evaluations again), so the file has one row per evaluation, in order.
         ``None`` (a fresh run): the first row replaces ``metrics.csv`` (atomically; an old file stays until
-        then). ``resume_id``: the W&B run id to continue."""
+        then). ``resume_id``: the W&B run id to continue. ``video_steps``: that checkpoint's record of the
+        evaluations (their ``env_steps``) whose video is in ``<run_dir>/videos``."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
         self._fields: list[str] | None = None
         self._fresh_csv = resume_step is None
         self._video_error: str | None = None
+        #: the ``env_steps`` of the evaluations whose video this run (and those it resumes) wrote; a checkpoint
+        #: records it, so that a row sent again after a resume takes its video along
+        self.video_steps: list[int] = [int(s) for s in video_steps]
+        self._pending_videos: list[int] = []  # videos not yet covered by a checkpoint
         self._pending: list[dict[str, Any]] = []  # rows not yet covered by a checkpoint
         self._defer = cfg.log.checkpoint
         self._covered_size: int | None = None  # bytes of metrics.csv up to the last covered row (None: no row)
@@ -215,14 +226,32 @@ class RunLogger:
         without a record of this run), in step order, before any new row: those a stop before their checkpoint
         kept from W&B, and those a kill may have lost from W&B's buffers."""
         saved = saved_step(self.run_dir, self.run.id)
+        videos = set(self.video_steps)
         for r in rows:
-            if saved is None or int(float(r["env_steps"])) > saved:
+            steps = int(float(r["env_steps"]))
+            if saved is None or steps > saved:
                 self._send(_typed_row(r))
+                if steps in videos:
+                    self._send_video(steps)
 
     def _send(self, row: dict[str, Any]) -> None:
         """Hand one row to W&B."""
         self.run.log(row)
         self._last_sent = int(row["env_steps"])
+
+    def _video_path(self, step: int) -> Path:
+        return self.run_dir / "videos" / f"eval_{step:09d}.mp4"
+
+    def _send_video(self, step: int) -> None:
+        """Hand the video of the evaluation at ``step`` env steps to W&B; one line if it cannot be (a video must
+        never stop training)."""
+        try:
+            import wandb
+
+            # a file path: wandb.Video on raw arrays would need moviepy
+            self.run.log({"eval/video": wandb.Video(str(self._video_path(step)), format="mp4"), "env_steps": step})
+        except Exception as exc:
+            tqdm.write(f"W&B: the video at {step} env steps is not logged ({_first_line(exc)})")
 
     def _record_saved(self, env_steps: int) -> None:
         """Record (atomically) that W&B has saved the rows up to ``env_steps``."""
@@ -328,16 +357,22 @@ class RunLogger:
             self.checkpointed()
 
     def checkpointed(self) -> None:
-        """The checkpoint covering every row logged so far is on disk: send those rows to W&B."""
+        """The checkpoint covering every row and video logged so far is on disk: send them to W&B."""
         if self._pending and self.csv_path.exists():
             self._covered_size = self.csv_path.stat().st_size
         if self.run is not None:
             for row in self._pending:
                 self._send(row)
+            for step in self._pending_videos:
+                self._send_video(step)
         self._pending.clear()
+        self._pending_videos.clear()
 
     def log_video(self, agent: Any, env_id: str, step: int) -> None:
-        """Render one deterministic evaluation episode to ``<run_dir>/videos/eval_<step>.mp4`` and log it to W&B.
+        """Render one deterministic evaluation episode to ``<run_dir>/videos/eval_<step>.mp4`` (``step``: the
+        evaluation's env steps) and add it to ``video_steps``; W&B gets it with the evaluation's row, once the
+        checkpoint that covers both is written (``checkpointed``), so a resume that redoes the evaluation never
+        sends it twice.
 
         A video must never stop training: when rendering fails (no usable ``MUJOCO_GL`` backend), one line
         says why and later evaluations skip the video.
@@ -348,20 +383,25 @@ class RunLogger:
             from .video import record_episodes, write_video
 
             frames, _ = record_episodes(agent, env_id, n_episodes=1)
-            path = self.run_dir / "videos" / f"eval_{step:09d}.mp4"
-            write_video(path, frames)  # a file path: wandb.Video on raw arrays would need moviepy
-            if self.run is not None:
-                import wandb
-
-                self.run.log({"eval/video": wandb.Video(str(path), format="mp4"), "env_steps": step})
+            write_video(self._video_path(step), frames)
         except Exception as exc:
             self._video_error = str(exc)
             tqdm.write(f"video skipped (training goes on, no further videos this run): {exc}")
+            return
+        self.video_steps.append(step)
+        if self.run is None:
+            return
+        if self._defer:
+            self._pending_videos.append(step)
+        else:  # no checkpoints: nothing is redone, so nothing to wait for
+            self._send_video(step)
 
     def checkpoint_failed(self) -> None:
         """The checkpoint of the rows logged since the last one could not be written (a full disk): cut
         ``metrics.csv`` back to the rows the last checkpoint covers (remove it when that covers none), so every
         row left is one a resume keeps. Truncating needs no free space."""
+        self.video_steps = [s for s in self.video_steps if s not in self._pending_videos]
+        self._pending_videos.clear()
         if not self._pending or not self.csv_path.exists():
             return
         if self._covered_size is None:
@@ -409,6 +449,7 @@ class NullLogger:
     """The logger of a process that does not log (data-parallel ranks > 0): no stdout, no metrics.csv, no W&B."""
 
     run_id = None
+    video_steps: tuple[int, ...] = ()
 
     def progress(self, total: int, initial: int = 0) -> tqdm:
         return tqdm(total=total, initial=initial, disable=True)
