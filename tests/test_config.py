@@ -187,6 +187,9 @@ def test_torch_threads_auto_is_every_core_the_process_may_use_and_an_int_limits_
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5, 7}, raising=False)  # e.g. under taskset
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert torch_thread_count("auto") == 4
+    # with train.overlap_env the env workers step while the updates run: a core each, at least one thread left
+    assert torch_thread_count("auto", env_workers=1) == 3 and torch_thread_count("auto", env_workers=8) == 1
+    assert torch_thread_count(2, env_workers=1) == 2  # a number is taken as given
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks on this node share the cores
     assert torch_thread_count("auto") == 2 and torch_thread_count(3) == 3
     monkeypatch.delenv("LOCAL_WORLD_SIZE")

@@ -161,7 +161,9 @@ class TrainConfig:
     [`check_device`][her_agents.config.check_device])."""
     torch_threads: int | Literal["auto"] = "auto"
     """torch intra-op threads: ``auto`` uses every core this process may use (``os.sched_getaffinity``; under
-    torchrun, shared among the node's ranks; ``OMP_NUM_THREADS``, where set, wins), so that one run owns the machine; an integer >= 1 limits it: 1 to
+    torchrun, shared among the node's ranks; less one core per training env with ``overlap_env``, whose env
+    workers step meanwhile; ``OMP_NUM_THREADS``, where set, wins), so that one run owns the machine; an integer
+    >= 1 limits it: 1 to
     train several runs side by side, one core each. The same count sizes what the run starts in the background
     (``agent.compile``'s compile workers). See [`torch_thread_count`][her_agents.config.torch_thread_count]."""
     normalizer_relabeled: bool = True
@@ -201,11 +203,13 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def torch_thread_count(value: int | str | None) -> int:
+def torch_thread_count(value: int | str | None, env_workers: int = 0) -> int:
     """The torch threads of a ``train.torch_threads`` value (``auto``, an int >= 1; None, a config older
     than the key: 1): ``auto`` is ``OMP_NUM_THREADS`` where it is set to a positive integer (the usual way to
     limit a process's threads; torchrun sets it to 1 for several ranks), else ``usable_cores()`` divided among
-    the ranks a torchrun started on this node (``LOCAL_WORLD_SIZE``), at least 1."""
+    the ranks a torchrun started on this node (``LOCAL_WORLD_SIZE``), less ``env_workers`` (the env worker
+    processes that step while the updates run, ``train.overlap_env``: a torch thread that shares a core with
+    one spin-waits for it), at least 1."""
     if value is None:
         return 1
     if value == "auto":
@@ -216,7 +220,7 @@ def torch_thread_count(value: int | str | None) -> int:
             ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         except ValueError:
             ranks = 1
-        return max(1, usable_cores() // ranks)
+        return max(1, usable_cores() // ranks - max(0, int(env_workers)))
     return max(1, int(value))
 
 

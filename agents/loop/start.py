@@ -30,7 +30,8 @@ from her_envs import GoalEnvSpec, goal_env_spec, make_vector_env
 if TYPE_CHECKING:
     from .hooks import LoopHooks
 
-__all__ = ["Run", "build_agent", "build_replay", "open_run_dir", "seed_everything", "start_run", "use_threads"]
+__all__ = ["Run", "build_agent", "build_replay", "env_workers", "open_run_dir", "seed_everything", "start_run",
+           "use_threads"]
 
 
 def use_threads(cfg: Config) -> int:
@@ -38,13 +39,19 @@ def use_threads(cfg: Config) -> int:
     ([`torch_thread_count`][her_agents.config.torch_thread_count]): its intra-op threads and, with
     ``agent.compile``, Inductor's compile workers (a pool of processes, by default one per core of the
     machine), so that runs limited to one thread each stay within one core each. Returns the thread count."""
-    n = torch_thread_count(cfg.train.torch_threads)
+    n = torch_thread_count(cfg.train.torch_threads, env_workers(cfg))
     torch.set_num_threads(n)
     if cfg.agent.compile:
         import torch._inductor.config as inductor_config  # only with compile: importing it costs a second
 
         inductor_config.compile_threads = n
     return n
+
+
+def env_workers(cfg: Config) -> int:
+    """The env worker processes that step while the updates run: ``env.n_envs`` with ``train.overlap_env``
+    (not in the actor-learner mode's learner, which steps no envs), else 0."""
+    return cfg.env.n_envs if cfg.train.overlap_env and cfg.dist.mode != "actor_learner" else 0
 
 
 def seed_everything(seed: int) -> None:
@@ -77,7 +84,7 @@ def build_agent(cfg: Config, spec: GoalEnvSpec, seed: int | None = None,
     check_device(device)
     try:
         agent = make_agent(cfg.algo, spec.observation_dim, spec.goal_dim, spec.action_dim, config=config,
-                           device=device, n_threads=torch_thread_count(cfg.train.torch_threads))
+                           device=device, n_threads=torch_thread_count(cfg.train.torch_threads, env_workers(cfg)))
     except (RuntimeError, MemoryError) as exc:
         asked = allocation_failure(exc)
         if asked is None:

@@ -4,7 +4,8 @@ in the same process, and where an env step's time goes in the fastest setting.
     python tests/benchmarks/bench_train_setting.py --steps 5000
     python tests/benchmarks/bench_train_setting.py --steps 2000 --no-compile --settings 1:serial 1:overlap
 
-A setting is ``THREADS:LOOP``: ``train.torch_threads`` (``auto``: every core the process may use, or a number)
+A setting is ``THREADS:LOOP``: ``train.torch_threads`` (``auto``: every core the process may use, less one per
+env worker when overlapped, or a number)
 and ``serial`` (act, step, store, update in turn) or ``overlap`` (``train.overlap_env``: the env steps in a
 worker process while the updates run). Default: ``1:serial`` (one thread, the loop in turn: several runs side by
 side) and ``auto:overlap`` (one run owns the machine). Each setting trains the config (default: ``her-train``'s,
@@ -134,7 +135,7 @@ def run_setting(setting: str, config: str | None, steps: int, compile_update: bo
     if window["t0"] is None:
         raise SystemExit(f"{setting}: no update ran (train.learning_starts {cfg.train.learning_starts})")
     seconds = window["t1"] - window["t0"]
-    return {"setting": setting, "threads": torch_thread_count(cfg.train.torch_threads),
+    return {"setting": setting, "threads": torch_thread_count(cfg.train.torch_threads, start_mod.env_workers(cfg)),
             "steps": window["steps"], "seconds": seconds, "steps_per_s": window["steps"] / seconds,
             "window": window["seconds"], "eval": dict(timers.seconds), "eval_every": base.train.eval_every,
             "eval_episodes": cfg.train.eval_episodes, "env_id": cfg.env.id, "algo": cfg.algo}
