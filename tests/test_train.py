@@ -276,12 +276,14 @@ def test_the_run_sizes_torch_and_the_compile_workers_from_train_torch_threads(mo
     monkeypatch.setattr(her_agents.config.sections, "usable_cores", lambda: 3)
     before = torch.get_num_threads()
     try:
-        assert use_threads(load_config(None, ["agent.compile=true"])) == 3
+        serial = "train.overlap_env=false"  # the default overlaps: below
+        assert use_threads(load_config(None, ["agent.compile=true", serial])) == 3
         assert torch.get_num_threads() == 3 and inductor_config.compile_threads == 3
         assert use_threads(load_config(None, ["agent.compile=true", "train.torch_threads=1"])) == 1
         assert torch.get_num_threads() == 1 and inductor_config.compile_threads == 1
         # overlapped, the env workers step meanwhile: a core each is left to them
         assert use_threads(load_config(None, ["train.overlap_env=true", "env.n_envs=2"])) == 1
+        assert use_threads(load_config(None, ["train.overlap_env=true", "env.n_envs=1"])) == 2
         assert use_threads(load_config(None, ["train.overlap_env=true", "dist.mode=actor_learner"])) == 3
     finally:
         torch.set_num_threads(before)
