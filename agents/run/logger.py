@@ -43,7 +43,7 @@ from typing import Any, cast
 from tqdm import tqdm
 
 from ..config import Config, config_dict
-from .wandb_mode import check_wandb_env, wandb_mode
+from .wandb_mode import check_wandb_env, remove_old_wandb_runs, wandb_mode
 
 __all__ = ["EXIT_CODES", "SAVED_FILE", "NullLogger", "RunLogger", "check_wandb_env", "saved_step", "wandb_mode"]
 
@@ -129,7 +129,7 @@ class RunLogger:
         # before wandb.init, which can take its whole init timeout (no network): the user sees where the run goes
         tqdm.write(f"her-train: {start} to {cfg.train.total_env_steps} env steps in {self.run_dir} ({wandb_where})")
         if resume_step is None:  # a fresh run (--overwrite): `wandb sync <run_dir>/wandb/offline-run-*` is its own
-            _remove_old_wandb_runs(self.run_dir / "wandb")
+            remove_old_wandb_runs(self.run_dir / "wandb")
         if self.mode != "disabled":
             self.run = self._init_wandb(resume_id)
         if self.run is not None:
@@ -478,18 +478,6 @@ def saved_step(run_dir: Path, run_id: str) -> int | None:
         return int(record["env_steps"]) if record["run_id"] == run_id else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _remove_old_wandb_runs(wandb_dir: Path) -> None:
-    """Remove the W&B run directories (``offline-run-*``, ``run-*``, ``latest-run``) of a run that a fresh run
-    replaces in its run directory (``--overwrite``)."""
-    if not wandb_dir.is_dir():
-        return
-    for p in [*wandb_dir.glob("offline-run-*"), *wandb_dir.glob("run-*"), wandb_dir / "latest-run"]:
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-        elif p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
 
 
 def _typed_row(row: dict[str, str]) -> dict[str, Any]:

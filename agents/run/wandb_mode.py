@@ -1,12 +1,15 @@
 """Which W&B mode a run uses: ``WANDB_MODE`` (checked up front, as W&B would refuse it at every init), else
-``log.wandb.mode``, ``auto`` meaning online when an API key is configured and offline otherwise."""
+``log.wandb.mode``, ``auto`` meaning online when an API key is configured and offline otherwise; and the removal
+of a replaced run's W&B directories."""
 
 from __future__ import annotations
 
 import netrc
 import os
+import shutil
+from pathlib import Path
 
-__all__ = ["WANDB_ENV_MODES", "check_wandb_env", "wandb_mode"]
+__all__ = ["WANDB_ENV_MODES", "check_wandb_env", "remove_old_wandb_runs", "wandb_mode"]
 
 
 def _has_api_key() -> bool:
@@ -58,3 +61,15 @@ def wandb_mode(configured: str) -> str:
     if mode == "dryrun":
         mode = "offline"
     return mode
+
+
+def remove_old_wandb_runs(wandb_dir: Path) -> None:
+    """Remove the W&B run directories (``offline-run-*``, ``run-*``, ``latest-run``) of a run that a fresh run
+    replaces in its run directory (``--overwrite``)."""
+    if not wandb_dir.is_dir():
+        return
+    for p in [*wandb_dir.glob("offline-run-*"), *wandb_dir.glob("run-*"), wandb_dir / "latest-run"]:
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
