@@ -8,6 +8,7 @@ import math
 import pickle
 import shutil
 import warnings
+from typing import Any
 from types import SimpleNamespace
 
 import numpy as np
@@ -505,15 +506,21 @@ def test_tqc_with_one_quantile_per_critic_updates(compile_):
     assert m["td_error"].shape == (16,)
 
 # ---------------------------------------------------------------------------------------------- checkpoints
-@pytest.mark.parametrize("algo", ALGOS)
-def test_state_dict_round_trip(algo):
+def trained_with_state(algo: str, n_updates: int) -> tuple[Any, Any, dict]:
+    """A small agent of ``algo`` after ``n_updates`` updates on one batch, that batch, and its state dict
+    through a pickle round trip (as a checkpoint holds it)."""
     torch.manual_seed(0)
     agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
     batch = make_batch(16)
     agent.update_normalizer(batch.observation * 3 + 1, batch.desired_goal)
-    for _ in range(3):
+    for _ in range(n_updates):
         agent.update(batch)
-    state = pickle.loads(pickle.dumps(agent.state_dict()))
+    return agent, batch, pickle.loads(pickle.dumps(agent.state_dict()))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_state_dict_round_trip(algo):
+    agent, batch, state = trained_with_state(algo, 3)
     torch.manual_seed(123)
     clone = make_agent(algo, OBS, GOAL, ACT, **SMALL)
     clone.load_state_dict(state)
@@ -542,13 +549,7 @@ def test_loaded_state_keeps_the_configs_learning_rates_weight_decay_and_normaliz
     """A state saved at one set of settings, loaded into an agent built with others (a run resumed with
     ``agent.critic_lr=...``): the optimizers' param groups and the normalizers keep the loading agent's settings,
     the Adam moments and statistics are the state's (the settings of the saved groups were loaded before)."""
-    torch.manual_seed(0)
-    agent = make_agent(algo, OBS, GOAL, ACT, **SMALL)
-    batch = make_batch(16)
-    agent.update_normalizer(batch.observation * 3 + 1, batch.desired_goal)
-    for _ in range(2):
-        agent.update(batch)
-    state = pickle.loads(pickle.dumps(agent.state_dict()))
+    agent, batch, state = trained_with_state(algo, 2)
     lrs = {"actor_lr": 2e-4, "critic_lr": 3e-4, **({"alpha_lr": 5e-5} if algo in STOCHASTIC else {})}
     other = make_agent(algo, OBS, GOAL, ACT, **lrs, actor_weight_decay=0.01, critic_weight_decay=0.02,
                        norm_eps=0.05, norm_clip_obs=50.0, norm_clip_range=3.0, **SMALL)
